@@ -1,0 +1,41 @@
+# Two commands for a new machine: `make demo` and `make test`. Both create .venv and install into it.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+PORT ?= 6006
+HOST := 127.0.0.1
+CHROMIUM := /usr/bin/chromium
+
+.PHONY: install demo test test-fast bench browser clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -c constraints.txt -e '.[test,notebook,examples]'
+	touch $@
+
+# Debian's Chromium for the browser tests (never a downloaded browser).
+browser:
+	@test -x $(CHROMIUM) || { echo "Installing Debian's chromium for the browser tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@test -x $(CHROMIUM) || { echo "chromium is missing: run 'apt-get install -y chromium' as root"; exit 1; }
+
+demo: install
+	$(PY) examples/digits.py --logdir runs/digits
+	@echo ""
+	@echo "Xray tab: http://$(HOST):$(PORT)/#xray   (Ctrl+C stops TensorBoard)"
+	$(VENV)/bin/tensorboard --logdir runs --host $(HOST) --port $(PORT)
+
+test: install browser
+	$(PY) -m pytest
+
+test-fast: install
+	$(PY) -m pytest -m "not slow"
+
+bench: install
+	$(PY) bench/bench_trace.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache runs

@@ -1,0 +1,202 @@
+// Decodes a frame's panels and draws them as a grid of heatmaps on one canvas, each panel scaled up
+// with nearest-neighbour sampling so that small (5×5, 8×8) panels stay visible.
+
+import { fillRgba } from './colormap.js';
+
+/** @typedef {import('./colormap.js').Scale} Scale */
+
+/**
+ * A panel as the server sends it.
+ * @typedef {Object} RawPanel
+ * @property {number|null} index  Position along the selection dimension (null for a single panel).
+ * @property {number} rows
+ * @property {number} cols
+ * @property {string} data  base64 of rows*cols little-endian float32.
+ */
+
+/**
+ * A decoded panel.
+ * @typedef {Object} Panel
+ * @property {number|null} index
+ * @property {number} rows
+ * @property {number} cols
+ * @property {Float32Array} values  Row-major, rows*cols values.
+ */
+
+/**
+ * Where the panels landed on the canvas, in CSS pixels.
+ * @typedef {Object} Layout
+ * @property {number} width
+ * @property {number} height
+ * @property {number} sx       Horizontal pixels per value.
+ * @property {number} sy       Vertical pixels per value.
+ * @property {number} labelHeight
+ * @property {{panel: Panel, x: number, y: number}[]} cells  Top-left of each panel's image.
+ */
+
+/** Smallest side of a drawn panel, in CSS pixels, when the cap below allows it. */
+export const MIN_PANEL_SIDE = 48;
+/** Largest side a panel is scaled up to (a panel larger than this is drawn 1:1). */
+const MAX_PANEL_SIDE = 480;
+/** A very thin panel (a vector) is stretched across its short side to at least this. */
+const MIN_THIN_SIDE = 24;
+const GAP = 8;
+const LABEL_HEIGHT = 15;
+const FONT = '11px Roboto, "Helvetica Neue", Arial, sans-serif';
+
+const LITTLE_ENDIAN_HOST = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+
+/**
+ * Decodes base64 little-endian float32 data.
+ * @param {string} base64
+ * @returns {Float32Array}
+ */
+export function decodeFloat32(base64) {
+  const bin = atob(base64);
+  if (bin.length % 4 !== 0) {
+    throw new Error(`Panel data has ${bin.length} bytes, not a multiple of 4`);
+  }
+  const bytes = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+  if (LITTLE_ENDIAN_HOST) return new Float32Array(bytes.buffer);
+  const view = new DataView(bytes.buffer);
+  const out = new Float32Array(bin.length / 4);
+  for (let i = 0; i < out.length; i++) out[i] = view.getFloat32(4 * i, true);
+  return out;
+}
+
+/**
+ * Decodes the panels of a frame and checks their sizes.
+ * @param {RawPanel[]} rawPanels
+ * @returns {Panel[]}
+ */
+export function decodePanels(rawPanels) {
+  return rawPanels.map((p) => {
+    const values = decodeFloat32(p.data);
+    if (values.length !== p.rows * p.cols) {
+      throw new Error(
+        `Panel ${p.index ?? ''} should hold ${p.rows}×${p.cols} values, got ${values.length}`,
+      );
+    }
+    return { index: p.index, rows: p.rows, cols: p.cols, values };
+  });
+}
+
+/**
+ * Pixels per value along each axis for panels of at most `rows` × `cols` values.
+ * @param {number} rows
+ * @param {number} cols
+ * @returns {{sx: number, sy: number}}
+ */
+export function panelScale(rows, cols) {
+  const shortSide = Math.max(1, Math.min(rows, cols));
+  const longSide = Math.max(1, rows, cols);
+  const s = Math.max(
+    1,
+    Math.min(Math.ceil(MIN_PANEL_SIDE / shortSide), Math.floor(MAX_PANEL_SIDE / longSide)),
+  );
+  let sx = s;
+  let sy = s;
+  if (rows * sy < MIN_THIN_SIDE) sy = Math.ceil(MIN_THIN_SIDE / Math.max(1, rows));
+  if (cols * sx < MIN_THIN_SIDE) sx = Math.ceil(MIN_THIN_SIDE / Math.max(1, cols));
+  return { sx, sy };
+}
+
+/**
+ * Places panels on a grid that fits `availableWidth`.
+ * @param {Panel[]} panels
+ * @param {number} availableWidth  CSS pixels.
+ * @returns {Layout}
+ */
+export function layoutPanels(panels, availableWidth) {
+  const maxRows = Math.max(1, ...panels.map((p) => p.rows));
+  const maxCols = Math.max(1, ...panels.map((p) => p.cols));
+  const { sx, sy } = panelScale(maxRows, maxCols);
+  const labelHeight = panels.some((p) => p.index !== null && p.index !== undefined)
+    ? LABEL_HEIGHT
+    : 0;
+  const cellW = maxCols * sx;
+  const cellH = maxRows * sy + labelHeight;
+  const perRow = Math.max(
+    1,
+    Math.min(panels.length, Math.floor((availableWidth + GAP) / (cellW + GAP))),
+  );
+  const gridRows = Math.ceil(panels.length / perRow);
+  const cells = panels.map((panel, i) => ({
+    panel,
+    x: (i % perRow) * (cellW + GAP),
+    y: Math.floor(i / perRow) * (cellH + GAP) + labelHeight,
+  }));
+  return {
+    width: Math.max(1, Math.min(panels.length, perRow) * (cellW + GAP) - GAP),
+    height: Math.max(1, gridRows * (cellH + GAP) - GAP),
+    sx,
+    sy,
+    labelHeight,
+    cells,
+  };
+}
+
+/**
+ * Draws the panels on `canvas` (resizing it) and returns the layout for hit tests.
+ * @param {HTMLCanvasElement} canvas
+ * @param {Panel[]} panels
+ * @param {Scale} scale
+ * @param {number} availableWidth  CSS pixels.
+ * @returns {Layout}
+ */
+export function drawHeatmap(canvas, panels, scale, availableWidth) {
+  const layout = layoutPanels(panels, availableWidth);
+  const dpr = window.devicePixelRatio || 1;
+  canvas.width = Math.round(layout.width * dpr);
+  canvas.height = Math.round(layout.height * dpr);
+  canvas.style.width = `${layout.width}px`;
+  canvas.style.height = `${layout.height}px`;
+  const ctx = canvas.getContext('2d');
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, layout.width, layout.height);
+  ctx.imageSmoothingEnabled = false;
+  ctx.font = FONT;
+  ctx.textBaseline = 'bottom';
+  ctx.textAlign = 'left';
+
+  const scratch = document.createElement('canvas');
+  const sctx = scratch.getContext('2d');
+  for (const { panel, x, y } of layout.cells) {
+    if (panel.rows === 0 || panel.cols === 0) continue;
+    scratch.width = panel.cols;
+    scratch.height = panel.rows;
+    const image = sctx.createImageData(panel.cols, panel.rows);
+    fillRgba(panel.values, scale, image.data);
+    sctx.putImageData(image, 0, 0);
+    const w = panel.cols * layout.sx;
+    const h = panel.rows * layout.sy;
+    ctx.drawImage(scratch, 0, 0, panel.cols, panel.rows, x, y, w, h);
+    ctx.strokeStyle = 'rgba(0, 0, 0, 0.25)';
+    ctx.lineWidth = 1;
+    ctx.strokeRect(x + 0.5, y + 0.5, w - 1, h - 1);
+    if (layout.labelHeight && panel.index !== null && panel.index !== undefined) {
+      ctx.fillStyle = '#555';
+      ctx.fillText(`#${panel.index}`, x, y - 2);
+    }
+  }
+  return layout;
+}
+
+/**
+ * The value under a point of the canvas (CSS pixels from its top-left), or null.
+ * @param {Layout} layout
+ * @param {number} px
+ * @param {number} py
+ * @returns {{panel: Panel, row: number, col: number, value: number}|null}
+ */
+export function hitTest(layout, px, py) {
+  for (const { panel, x, y } of layout.cells) {
+    const col = Math.floor((px - x) / layout.sx);
+    const row = Math.floor((py - y) / layout.sy);
+    if (col >= 0 && col < panel.cols && row >= 0 && row < panel.rows) {
+      return { panel, row, col, value: panel.values[row * panel.cols + col] };
+    }
+  }
+  return null;
+}

@@ -1,0 +1,138 @@
+"""The contract between the Xray recorder and the Xray TensorBoard plugin.
+
+Both sides import this module and nothing else of each other: the recorder (``xray_tb``) builds
+summaries with it, the plugin (``tb_plugin.xray_plugin``) parses them with it. It depends on numpy
+and TensorBoard's protos only, never on torch, so TensorBoard starts fast.
+
+Layout of the data in an event file:
+
+* Every Xray summary uses plugin name :data:`PLUGIN_NAME` and data class ``BLOB_SEQUENCE`` (a rank-1
+  string tensor), which both of TensorBoard's loaders read and serve blob by blob.
+* A frame (one kind of one layer at one step) lives under tag ``xray/frame/<layer>/<kind>`` at the
+  training step. Its two blobs are a JSON header (:class:`FrameHeader` fields) and the selected
+  values as an ``.npy`` array.
+* The architecture and the plan are JSON documents under ``xray/meta/architecture`` and
+  ``xray/meta/plan``, one blob each; their step is a version counter, the highest step is current.
+* The plugin content of every tag is a small JSON object: ``{"version": 1, "type": "frame",
+  "layer": ..., "kind": ...}`` or ``{"version": 1, "type": "architecture"}`` and so on. Readers skip
+  tags whose version they do not know.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from typing import Any, Optional, Sequence
+
+import numpy as np
+from tensorboard.compat.proto import summary_pb2
+from tensorboard.util import tensor_util
+
+PLUGIN_NAME = "xray"
+CONTENT_VERSION = 1
+
+#: What can be recorded for a layer, in display order.
+KINDS = ("weight", "weight_grad", "output", "activation", "grad")
+#: Kinds that hold a batch dimension (one value per sample of the batch).
+BATCH_KINDS = ("output", "activation", "grad")
+
+FRAME_TAG_PREFIX = "xray/frame/"
+ARCHITECTURE_TAG = "xray/meta/architecture"
+PLAN_TAG = "xray/meta/plan"
+META_TAGS = {ARCHITECTURE_TAG: "architecture", PLAN_TAG: "plan"}
+
+
+@dataclasses.dataclass
+class FrameHeader:
+    """What a stored frame is, so every value can be traced back to the full tensor.
+
+    The stored array is ``full[batch_index]`` (when ``batch_index`` is not None) with only
+    ``indices`` kept along dimension ``dim`` of that tensor, in that order.
+    """
+
+    run_id: str
+    layer: str
+    kind: str
+    step: int
+    wall_time: float
+    original_shape: list[int]
+    dtype: str
+    dim: int
+    indices: list[int]
+    batch_index: Optional[int]
+    selector: str
+
+    def to_json(self) -> bytes:
+        return json.dumps(dataclasses.asdict(self)).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "FrameHeader":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in json.loads(data).items() if k in fields})
+
+
+def frame_tag(layer: str, kind: str) -> str:
+    """The tag of a layer's frames of one kind."""
+    return f"{FRAME_TAG_PREFIX}{layer}/{kind}"
+
+
+def parse_frame_tag(tag: str) -> Optional[tuple[str, str]]:
+    """``(layer, kind)`` for a frame tag, None for any other tag."""
+    if not tag.startswith(FRAME_TAG_PREFIX):
+        return None
+    layer, _, kind = tag[len(FRAME_TAG_PREFIX):].rpartition("/")
+    if not layer or kind not in KINDS:
+        return None
+    return layer, kind
+
+
+def create_summary_metadata(content: dict[str, Any]) -> summary_pb2.SummaryMetadata:
+    """Summary metadata for an Xray tag; ``content`` describes the tag (see module docstring)."""
+    payload = dict(content, version=CONTENT_VERSION)
+    return summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(
+            plugin_name=PLUGIN_NAME, content=json.dumps(payload).encode("utf-8")
+        ),
+        data_class=summary_pb2.DATA_CLASS_BLOB_SEQUENCE,
+    )
+
+
+def parse_plugin_content(content: bytes) -> Optional[dict[str, Any]]:
+    """The tag description written by :func:`create_summary_metadata`; None if unreadable or newer."""
+    try:
+        parsed = json.loads(content.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(parsed, dict) or parsed.get("version") != CONTENT_VERSION:
+        return None
+    return parsed
+
+
+def _blob_summary(tag: str, content: dict[str, Any], blobs: Sequence[bytes]) -> summary_pb2.Summary:
+    tensor = tensor_util.make_tensor_proto(np.array(list(blobs), dtype=object))
+    value = summary_pb2.Summary.Value(tag=tag, metadata=create_summary_metadata(content), tensor=tensor)
+    return summary_pb2.Summary(value=[value])
+
+
+def frame_summary(header: FrameHeader, values: np.ndarray) -> summary_pb2.Summary:
+    """A summary holding one frame: its header and its selected values."""
+    content = {"type": "frame", "layer": header.layer, "kind": header.kind}
+    return _blob_summary(frame_tag(header.layer, header.kind), content, [header.to_json(), encode_array(values)])
+
+
+def json_summary(tag: str, document: Any) -> summary_pb2.Summary:
+    """A summary holding one JSON document under a meta tag (architecture or plan)."""
+    return _blob_summary(tag, {"type": META_TAGS[tag]}, [json.dumps(document).encode("utf-8")])
+
+
+def encode_array(values: np.ndarray) -> bytes:
+    """``.npy`` bytes of an array (no pickling)."""
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(values), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def decode_array(data: bytes) -> np.ndarray:
+    """The array stored by :func:`encode_array`."""
+    return np.load(io.BytesIO(data), allow_pickle=False)

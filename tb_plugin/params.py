@@ -1,0 +1,33 @@
+"""Parsing and validating request parameters; every failure is a 400 that names the parameter."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from tensorboard import errors
+
+
+def required_str(args, name: str) -> str:
+    """The non-empty string parameter ``name``."""
+    value = args.get(name)
+    if value is None or value == "":
+        raise errors.InvalidArgumentError(f"missing required parameter {name!r}")
+    return value
+
+
+def required_int(args, name: str) -> int:
+    """The integer parameter ``name``."""
+    raw = required_str(args, name)
+    try:
+        return int(raw)
+    except ValueError:
+        raise errors.InvalidArgumentError(f"{name!r} must be an integer, got {raw!r}") from None
+
+
+def one_of(args, name: str, choices: Iterable[str]) -> str:
+    """The parameter ``name``, which must be one of ``choices``."""
+    value = required_str(args, name)
+    choices = tuple(choices)
+    if value not in choices:
+        raise errors.InvalidArgumentError(f"{name!r} must be one of {', '.join(choices)}; got {value!r}")
+    return value

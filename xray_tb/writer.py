@@ -1,0 +1,45 @@
+"""Where Xray's summaries go: a user's SummaryWriter, or an event file of Xray's own."""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+
+class EventSink:
+    """Writes summaries into a run directory.
+
+    With ``writer`` (a ``torch.utils.tensorboard.SummaryWriter``), Xray's data lands in that writer's
+    event file, next to the user's scalars; the writer stays the user's to close. Otherwise an event
+    file is opened in ``logdir``, and closed by :meth:`close`.
+    """
+
+    def __init__(self, logdir: Optional[str] = None, writer=None):
+        if writer is not None:
+            self._file = writer._get_file_writer()  # torch's FileWriter: shares the user's event file
+            self._owned = False
+            self.logdir = writer.log_dir
+        else:
+            self._file = EventFileWriter(logdir)
+            self._owned = True
+            self.logdir = logdir
+
+    def add(self, summary: summary_pb2.Summary, step: int, wall_time: Optional[float] = None) -> None:
+        """Append one summary at ``step``."""
+        event = event_pb2.Event(step=int(step), wall_time=time.time() if wall_time is None else wall_time, summary=summary)
+        if self._owned:
+            self._file.add_event(event)
+        else:
+            self._file.add_event(event, step=event.step, walltime=event.wall_time)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        """Flush; close the event file if Xray opened it."""
+        self.flush()
+        if self._owned:
+            self._file.close()
