@@ -11,6 +11,8 @@ Layout of the data in an event file:
 * A frame (one kind of one layer at one step) lives under tag ``xray/frame/<layer>/<kind>`` at the
   training step. Its two blobs are a JSON header (:class:`FrameHeader` fields) and the selected
   values as an ``.npy`` array.
+* Each frame's statistics (:data:`STATS`, over the whole tensor, not just the kept filters) are
+  ordinary scalars under ``xray_stats/<layer>/<kind>/<stat>``, so they show in the Scalars tab.
 * The architecture and the plan are JSON documents under ``xray/meta/architecture`` and
   ``xray/meta/plan``, one blob each; their step is a version counter, the highest step is current.
 * The plugin content of every tag is a small JSON object: ``{"version": 1, "type": "frame",
@@ -38,6 +40,9 @@ KINDS = ("weight", "weight_grad", "output", "activation", "grad")
 BATCH_KINDS = ("output", "activation", "grad")
 
 FRAME_TAG_PREFIX = "xray/frame/"
+STATS_TAG_PREFIX = "xray_stats/"
+#: Statistics written per frame as ordinary TensorBoard scalars, computed over the whole tensor.
+STATS = ("mean", "std", "min", "max", "nonfinite")
 ARCHITECTURE_TAG = "xray/meta/architecture"
 PLAN_TAG = "xray/meta/plan"
 META_TAGS = {ARCHITECTURE_TAG: "architecture", PLAN_TAG: "plan"}
@@ -85,6 +90,29 @@ def parse_frame_tag(tag: str) -> Optional[tuple[str, str]]:
     if not layer or kind not in KINDS:
         return None
     return layer, kind
+
+
+def stat_tag(layer: str, kind: str, stat: str) -> str:
+    """The scalar tag of one statistic of a layer's frames of one kind."""
+    return f"{STATS_TAG_PREFIX}{layer}/{kind}/{stat}"
+
+
+def parse_stat_tag(tag: str) -> Optional[tuple[str, str, str]]:
+    """``(layer, kind, stat)`` for a statistics tag, None for any other tag."""
+    if not tag.startswith(STATS_TAG_PREFIX):
+        return None
+    rest, _, stat = tag[len(STATS_TAG_PREFIX):].rpartition("/")
+    layer, _, kind = rest.rpartition("/")
+    if not layer or kind not in KINDS or stat not in STATS:
+        return None
+    return layer, kind, stat
+
+
+def stats_summary(layer: str, kind: str, stats: dict[str, float]) -> summary_pb2.Summary:
+    """Plain TensorBoard scalars (``simple_value``) for a frame's statistics."""
+    return summary_pb2.Summary(
+        value=[summary_pb2.Summary.Value(tag=stat_tag(layer, kind, name), simple_value=float(value)) for name, value in stats.items()]
+    )
 
 
 def create_summary_metadata(content: dict[str, Any]) -> summary_pb2.SummaryMetadata:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
@@ -32,25 +32,62 @@ def first_tensor(value: Any) -> Optional[torch.Tensor]:
     return None
 
 
+class _InertHook:
+    """What an Xray hook becomes when the model is pickled, deep-copied or ``torch.save``d: nothing."""
+
+    def __call__(self, *args) -> None:
+        return None
+
+
+class _Hook:
+    """A hook function that pickles and copies as :class:`_InertHook`, so the model stays saveable."""
+
+    def __init__(self, function: Callable):
+        self._function = function
+
+    def __call__(self, *args):
+        return self._function(*args)
+
+    def __reduce__(self):
+        return (_InertHook, ())
+
+
 class TapRecorder:
     """Keeps references to the outputs of ``taps`` from the latest forward run with grad enabled.
 
-    Forwards under ``torch.no_grad()`` (validation) do not replace what was kept. Outputs listed in
-    ``copy`` are copied, because a later op overwrites them in place; gradients are caught with a
-    tensor hook, which sees the gradient of the output as it was before any in-place op.
+    Hooks exist only while armed (:meth:`arm`, :meth:`disarm`). Forwards under ``torch.no_grad()``
+    (validation) do not replace what was kept. Outputs in ``copy`` are copied, because a later op
+    overwrites them in place; gradients of outputs in ``grads`` are caught with a tensor hook, which
+    sees the gradient of the output as it was before any in-place op.
     """
 
     def __init__(self, model: nn.Module, taps: set[Tap], copy: set[Tap], grads: set[Tap]):
         self.latest: dict[Tap, TapValue] = {}
-        self._copy, self._grads = copy, grads
+        self._model = model
+        self._taps, self._copy, self._grads = taps, copy, grads
         self._calls: dict[str, int] = {}
         self._handles: list[RemovableHandle] = []
         self._tensor_handles: list[RemovableHandle] = []
-        modules = dict(model.named_modules())
-        self._handles.append(model.register_forward_pre_hook(self._start_forward))
-        for name in sorted({tap.module for tap in taps}):
-            wanted = {tap.call for tap in taps if tap.module == name}
-            self._handles.append(modules[name].register_forward_hook(self._make_hook(name, wanted)))
+
+    @property
+    def armed(self) -> bool:
+        return bool(self._handles)
+
+    def arm(self) -> None:
+        """Register the hooks (no-op when armed or when there is nothing to tap)."""
+        if self.armed or not self._taps:
+            return
+        modules = dict(self._model.named_modules())
+        self._handles.append(self._model.register_forward_pre_hook(_Hook(self._start_forward)))
+        for name in sorted({tap.module for tap in self._taps}):
+            wanted = {tap.call for tap in self._taps if tap.module == name}
+            self._handles.append(modules[name].register_forward_hook(_Hook(self._make_hook(name, wanted))))
+
+    def disarm(self) -> None:
+        """Remove the module hooks; what was kept stays until :meth:`clear`."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
 
     def _start_forward(self, module, args) -> None:
         self._calls.clear()
@@ -85,8 +122,6 @@ class TapRecorder:
         self.latest.clear()
 
     def remove(self) -> None:
-        """Remove every hook; idempotent."""
+        """Remove every hook and forget everything; idempotent."""
+        self.disarm()
         self.clear()
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 import uuid
 import warnings
-from typing import Any, Optional, Sequence
+import weakref
+from typing import Any, Callable, Optional, Sequence, Union
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -16,9 +19,44 @@ from xray_tb import graph
 from xray_tb import plan as plans
 from xray_tb._module_trace import trace
 from xray_tb.capture import make_frame, recompute_activation
-from xray_tb.hooks import TapRecorder
+from xray_tb.hooks import TapRecorder, _InertHook
+from xray_tb.probe import run_probe
+from xray_tb.schedules import ScheduleLike, as_schedule
 from xray_tb.selectors import RandomFilters, SelectionInfo, Selector
+from xray_tb.statistics import frame_statistics
 from xray_tb.writer import EventSink
+
+#: Default cap on the bytes of frame values one capture writes (16 MiB).
+DEFAULT_BUDGET_BYTES = 16 * 2**20
+_STORAGE_DTYPES = {"float32": np.float32, "float16": np.float16}
+
+
+@dataclasses.dataclass
+class CaptureReport:
+    """What one :meth:`Xray.take_graphs` wrote: frames, bytes of values, and frames skipped for the budget."""
+
+    step: int
+    frames: int = 0
+    bytes: int = 0
+    skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+
+class _Resources:
+    """Hooks and the event file, released by close() or when the Xray object is garbage-collected."""
+
+    def __init__(self, sink: EventSink):
+        self.sink: Optional[EventSink] = sink
+        self.recorder: Optional[TapRecorder] = None
+        self.step_hook = None
+
+    def release(self) -> None:
+        for removable in (self.recorder, self.step_hook):
+            if removable is not None:
+                removable.remove()
+        self.recorder = self.step_hook = None
+        if self.sink is not None:
+            self.sink.close()
+            self.sink = None
 
 
 class Xray:
@@ -36,6 +74,16 @@ class Xray:
         writer: instead of ``logdir``, a ``torch.utils.tensorboard.SummaryWriter`` whose run
             receives Xray's data, next to the user's scalars.
         selector: how filters or rows are chosen from big tensors (default :class:`RandomFilters`).
+        every: a schedule: an int n (every n-th step) or a callable ``step -> bool``. Hooks are
+            armed only for due steps; :meth:`take_graphs` on other steps only counts.
+        optimizer: with ``every``, count this optimizer's ``step()`` calls as the steps; without
+            it, steps are :meth:`take_graphs` calls.
+        probe: a fixed batch ``x`` or ``(x, y)``; outputs, activations and gradients are then taken
+            by running it (in eval mode, leaving no trace on the model) at each capture.
+        loss_fn: ``loss_fn(output, y)`` (or ``loss_fn(output)``) for the probe's gradients.
+        dtype: ``"float32"`` (default) or ``"float16"`` for the stored values.
+        budget_bytes: cap on the bytes of values one capture writes; frames beyond it are skipped
+            and reported in :attr:`last_report`.
     """
 
     def __init__(
@@ -48,6 +96,12 @@ class Xray:
         logdir: Optional[str] = None,
         writer=None,
         selector: Optional[Selector] = None,
+        every: ScheduleLike = None,
+        optimizer: Optional[torch.optim.Optimizer] = None,
+        probe: Any = None,
+        loss_fn: Optional[Callable] = None,
+        dtype: Union[str, torch.dtype] = "float32",
+        budget_bytes: int = DEFAULT_BUDGET_BYTES,
     ):
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -55,21 +109,46 @@ class Xray:
             raise ValueError("give either logdir= or writer=, not both")
         if logdir is None and writer is None:
             raise ValueError("give logdir='runs/<name>' or writer=SummaryWriter(...) so Xray knows where to write")
+        self._storage_dtype = _storage_dtype(dtype)
+        if not isinstance(budget_bytes, int) or budget_bytes <= 0:
+            raise ValueError(f"budget_bytes must be a positive number of bytes, got {budget_bytes!r}")
+        self._schedule = as_schedule(every)
+        if optimizer is not None and self._schedule is None:
+            raise ValueError("optimizer= counts steps for a schedule; give every= too")
+        self._probe = _probe_batch(probe)
+        self._loss_fn = loss_fn
         args, kwargs = _example_inputs(model, example_input, input_size)
         self._model = model
         self.architecture: dict = trace(model, args, kwargs)
         self.run_id = uuid.uuid4().hex
         self._selector = selector if selector is not None else RandomFilters()
-        self._sink = EventSink(logdir=logdir, writer=writer)
-        self._recorder: Optional[TapRecorder] = None
+        self._budget = budget_bytes
+        self._resources = _Resources(EventSink(logdir=logdir, writer=writer))
+        self._finalizer = weakref.finalize(self, self._resources.release)
         self._plan: dict[str, dict[str, bool]] = {}
         self._activations: dict[str, graph.ActivationSource] = {}
         self._plan_version = 0
-        self._captures = 0
+        self._next_step = 0
         self._last_step: Optional[int] = None
+        self._records: dict[str, dict[str, list[int]]] = {}
+        self._last_frames: dict[tuple[str, str], tuple[metadata.FrameHeader, np.ndarray]] = {}
+        self.last_report: Optional[CaptureReport] = None
         self._warned: set[str] = set()
+        if optimizer is not None:
+            self._resources.step_hook = optimizer.register_step_post_hook(_OptimizerStepCounter(weakref.ref(self)))
         self._sink.add(metadata.json_summary(metadata.ARCHITECTURE_TAG, self.architecture), step=0)
         self.set_plan(self.draft_plan() if plan is None else plan)
+
+    @property
+    def _sink(self) -> EventSink:
+        if self._resources.sink is None:
+            raise RuntimeError("this Xray is closed; create a new one to record again")
+        return self._resources.sink
+
+    @property
+    def logdir(self) -> str:
+        """The run directory Xray writes to."""
+        return self._sink.logdir
 
     # The plan -------------------------------------------------------------------------------------
 
@@ -84,58 +163,122 @@ class Xray:
 
     def set_plan(self, plan: plans.PlanLike) -> None:
         """Validate ``plan`` and record by it from now on (see :mod:`xray_tb.plan`)."""
-        self._check_open()
+        sink = self._sink
         normalized = plans.normalize_plan(plan, self.architecture, self._model)
+        grads_planned = any(kinds["grad"] for kinds in normalized.values())
+        if self._probe is not None and grads_planned and self._loss_fn is None:
+            raise ValueError("the plan records 'grad' on the probe batch: give loss_fn= (called as loss_fn(output, y))")
         activations = {
             layer: graph.activation_source(self.architecture, layer) for layer, kinds in normalized.items() if kinds["activation"]
         }
-        output_taps = {graph.Tap(layer) for layer, kinds in normalized.items() if kinds["output"] or kinds["grad"]}
-        taps = output_taps | {source.tap for source in activations.values()}
+        taps = {graph.Tap(layer) for layer, kinds in normalized.items() if kinds["output"] or kinds["grad"]}
+        taps |= {source.tap for source in activations.values()}
         recorder = TapRecorder(
             self._model,
             taps,
             copy={tap for tap in taps if graph.overwritten_in_place(self.architecture, tap)},
             grads={graph.Tap(layer) for layer, kinds in normalized.items() if kinds["grad"]},
         )
-        if self._recorder is not None:
-            self._recorder.remove()
-        self._recorder, self._plan, self._activations = recorder, normalized, activations
-        self._sink.add(metadata.json_summary(metadata.PLAN_TAG, self._plan), step=self._plan_version)
+        if self._resources.recorder is not None:
+            self._resources.recorder.remove()
+        self._resources.recorder, self._plan, self._activations = recorder, normalized, activations
+        self._arm_for(self._next_step)
+        sink.add(metadata.json_summary(metadata.PLAN_TAG, self._plan), step=self._plan_version)
         self._plan_version += 1
-        self._sink.flush()
+        sink.flush()
+
+    # Steps ----------------------------------------------------------------------------------------
+
+    def is_due(self, step: int) -> bool:
+        """Whether ``step`` is due for a capture under the schedule (always, without one)."""
+        return self._schedule is None or bool(self._schedule(step))
+
+    def _arm_for(self, step: int) -> None:
+        """Arm the hooks for the training forward of ``step`` when it is due (never in probe mode)."""
+        recorder = self._resources.recorder
+        if self._probe is None and self.is_due(step):
+            recorder.arm()
+        else:
+            recorder.disarm()
+
+    def _optimizer_stepped(self) -> None:
+        self._next_step += 1
+        self._arm_for(self._next_step)
 
     # Recording ------------------------------------------------------------------------------------
 
-    def take_graphs(self, step: Optional[int] = None) -> int:
+    def take_graphs(self, step: Optional[int] = None, *, probe: Optional[bool] = None) -> Optional[int]:
         """Record what the plan asks from the latest training step; call it after ``loss.backward()``.
 
         Args:
-            step: the training step to file the frames under; by default the number of earlier
-                captures.
+            step: the training step to file the frames under; by default Xray's step count
+                (optimizer steps with ``optimizer=``, else earlier calls).
+            probe: run the probe batch for outputs, activations and gradients (default: when a
+                probe was given).
 
         Returns:
-            The step recorded.
+            The step recorded, or None when the schedule says the step is not due.
         """
-        self._check_open()
-        step = self._captures if step is None else int(step)
+        sink = self._sink
+        counted = self._resources.step_hook is None
+        step = self._next_step if step is None else int(step)
+        if not self.is_due(step):
+            if counted:
+                self._next_step = step + 1
+                self._arm_for(self._next_step)
+            return None
+        use_probe = self._probe is not None if probe is None else probe
+        if use_probe:
+            if self._probe is None:
+                raise ValueError("take_graphs(probe=True) needs a probe batch: Xray(..., probe=(x, y), loss_fn=...)")
+            self._run_probe()
         if self._last_step is not None and step <= self._last_step:
             self._warn_once("step", f"take_graphs(step={step}) after step {self._last_step}: TensorBoard keeps one frame per step, steps should increase")
+        self.last_report = self._record(sink, step)
+        sink.flush()
+        self._last_step = step
+        if counted:
+            self._next_step = step + 1
+        if self._schedule is not None:
+            self._resources.recorder.clear()  # nothing is held between scheduled captures
+        self._arm_for(self._next_step)
+        return step
+
+    def _run_probe(self) -> None:
+        inputs, target = self._probe
+        want_grads = any(kinds["grad"] for kinds in self._plan.values())
+        run_probe(self._model, self._resources.recorder, inputs, target, self._loss_fn, want_grads)
+
+    def _record(self, sink: EventSink, step: int) -> CaptureReport:
+        report = CaptureReport(step)
         wall_time = time.time()
         modules = dict(self._model.named_modules())
+        self._last_frames = {}
         for layer, kinds in self._plan.items():
             for kind in metadata.KINDS:
-                if not kinds[kind]:
-                    continue
-                tensor = self._tensor(layer, kind, modules[layer])
+                tensor = self._tensor(layer, kind, modules[layer]) if kinds[kind] else None
                 if tensor is None:
                     continue
                 info = SelectionInfo(layer=layer, kind=kind, layer_type=type(modules[layer]).__name__)
                 header, values = make_frame(tensor, info=info, selector=self._selector, step=step, run_id=self.run_id, wall_time=wall_time)
-                self._sink.add(metadata.frame_summary(header, values), step=step, wall_time=wall_time)
-        self._sink.flush()
-        self._captures += 1
-        self._last_step = step
-        return step
+                values = values.astype(self._storage_dtype, copy=False)
+                if report.bytes + values.nbytes > self._budget:
+                    report.skipped.append((layer, kind))
+                    continue
+                sink.add(metadata.frame_summary(header, values), step=step, wall_time=wall_time)
+                sink.add(metadata.stats_summary(layer, kind, frame_statistics(tensor)), step=step, wall_time=wall_time)
+                self._last_frames[(layer, kind)] = (header, values)
+                self._records.setdefault(layer, {}).setdefault(kind, []).append(step)
+                report.frames += 1
+                report.bytes += values.nbytes
+        if report.skipped:
+            skipped = ", ".join(f"{layer}/{kind}" for layer, kind in report.skipped)
+            warnings.warn(
+                f"capture at step {step} reached the budget of {self._budget} bytes and skipped {skipped}; "
+                "raise budget_bytes=, store dtype='float16', or keep fewer filters with the selector",
+                stacklevel=3,
+            )
+        return report
 
     def _tensor(self, layer: str, kind: str, module: nn.Module) -> Optional[torch.Tensor]:
         if kind in ("weight", "weight_grad"):
@@ -143,8 +286,8 @@ class Xray:
             if tensor is None:
                 self._warn_once("weight_grad", "take_graphs() found no .grad on the weights (call it after loss.backward()); weight_grad was not recorded")
             return tensor
-        source_tap = self._activations[layer].tap if kind == "activation" else graph.Tap(layer)
-        kept = self._recorder.latest.get(source_tap)
+        source = self._activations[layer] if kind == "activation" else None
+        kept = self._resources.recorder.latest.get(source.tap if source else graph.Tap(layer))
         if kept is None:
             self._warn_once("forward", "take_graphs() found no forward pass run with grad enabled since the plan was set; outputs were not recorded")
             return None
@@ -152,7 +295,6 @@ class Xray:
             if kept.grad is None:
                 self._warn_once("grad", "take_graphs() found no output gradients (call it after loss.backward()); grad was not recorded")
             return kept.grad
-        source = self._activations.get(layer) if kind == "activation" else None
         if source is not None and source.op is not None:
             return recompute_activation(source.op, dict(source.kwargs), kept.output)
         return kept.output
@@ -160,28 +302,62 @@ class Xray:
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
-            warnings.warn(message, stacklevel=3)
+            warnings.warn(message, stacklevel=4)
+
+    # Giving it back -------------------------------------------------------------------------------
+
+    def records(self) -> dict[str, dict[str, list[int]]]:
+        """What this Xray recorded: ``{layer: {kind: [steps]}}``."""
+        return copy.deepcopy(self._records)
 
     # Life cycle -----------------------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._sink is None:
-            raise RuntimeError("this Xray is closed; create a new one to record again")
-
     def close(self) -> None:
-        """Remove every hook and flush and close the event file. Idempotent."""
-        if self._recorder is not None:
-            self._recorder.remove()
-            self._recorder = None
-        if self._sink is not None:
-            self._sink.close()
-            self._sink = None
+        """Remove every hook and flush and close the event file (a user's writer stays open). Idempotent."""
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
 
     def __enter__(self) -> "Xray":
         return self
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+class _OptimizerStepCounter:
+    """Optimizer step hook holding Xray weakly, so a forgotten Xray can still be garbage-collected."""
+
+    def __init__(self, xray_ref: "weakref.ref[Xray]"):
+        self._xray_ref = xray_ref
+
+    def __call__(self, optimizer, args, kwargs) -> None:
+        xray = self._xray_ref()
+        if xray is not None:
+            xray._optimizer_stepped()
+
+    def __reduce__(self):
+        return (_InertHook, ())
+
+
+def _storage_dtype(dtype: Union[str, torch.dtype]) -> type:
+    name = str(dtype).replace("torch.", "")
+    if name not in _STORAGE_DTYPES:
+        raise ValueError(f"dtype= stores values as 'float32' or 'float16', got {dtype!r}")
+    return _STORAGE_DTYPES[name]
+
+
+def _probe_batch(probe: Any) -> Optional[tuple[tuple, Any]]:
+    """``(inputs, target)`` of a probe given as ``x`` or ``(x, y)``."""
+    if probe is None:
+        return None
+    if isinstance(probe, (tuple, list)) and len(probe) == 2:
+        inputs, target = probe
+    else:
+        inputs, target = probe, None
+    return (tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)), target
 
 
 def _example_inputs(model: nn.Module, example_input: Any, input_size: Optional[Sequence[int]]) -> tuple[tuple, dict]:
