@@ -2,7 +2,7 @@
 // max for sequential ones) onto a canvas.
 
 import { formatValue } from './format.js';
-import { unitOf } from './colormap.js';
+import { unitOf, LUT_SIZE } from './colormap.js';
 
 /** @typedef {import('./colormap.js').Scale} Scale */
 
@@ -57,7 +57,7 @@ export function drawColorbar(canvas, scale, options = {}) {
 
   const { lut } = scale;
   for (let x = 0; x < barWidth; x++) {
-    const i = Math.round((x / Math.max(1, barWidth - 1)) * 255);
+    const i = Math.round((x / Math.max(1, barWidth - 1)) * (LUT_SIZE - 1));
     ctx.fillStyle = `rgb(${lut[3 * i]}, ${lut[3 * i + 1]}, ${lut[3 * i + 2]})`;
     ctx.fillRect(x0 + x, 0, 1, BAR_HEIGHT);
   }

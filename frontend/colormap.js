@@ -14,8 +14,12 @@
  * @property {number} hi    Value drawn at the right end of the colour bar.
  * @property {number|null} min  Smallest finite value of the data (null when none).
  * @property {number|null} max  Largest finite value of the data (null when none).
- * @property {Uint8Array} lut   256 RGB entries, lut[3*i .. 3*i+2], from lo (i = 0) to hi (i = 255).
+ * @property {Uint8Array} lut   LUT_SIZE RGB entries, lut[3*i .. 3*i+2], from lo (i = 0) to hi.
  */
+
+/** Entries of a look-up table; odd, so that zero of a diverging scale has an exact entry. */
+export const LUT_SIZE = 255;
+const LAST = LUT_SIZE - 1;
 
 /** Colour of NaN values. @type {RGB} */
 export const NAN_COLOR = [255, 0, 255];
@@ -74,14 +78,14 @@ export function sequential(t) {
 }
 
 /**
- * Samples a colour map into a 256-entry RGB look-up table.
+ * Samples a colour map into an RGB look-up table of LUT_SIZE entries.
  * @param {(t: number) => RGB} map
  * @returns {Uint8Array}
  */
 function buildLut(map) {
-  const lut = new Uint8Array(256 * 3);
-  for (let i = 0; i < 256; i++) {
-    const [r, g, b] = map(i / 255);
+  const lut = new Uint8Array(LUT_SIZE * 3);
+  for (let i = 0; i < LUT_SIZE; i++) {
+    const [r, g, b] = map(i / LAST);
     lut[3 * i] = r;
     lut[3 * i + 1] = g;
     lut[3 * i + 2] = b;
@@ -132,7 +136,7 @@ export function unitOf(scale, v) {
 export function colorOf(scale, v) {
   if (Number.isNaN(v)) return NAN_COLOR;
   if (!Number.isFinite(v)) return INF_COLOR;
-  const i = Math.round(unitOf(scale, v) * 255);
+  const i = Math.round(unitOf(scale, v) * LAST);
   return [scale.lut[3 * i], scale.lut[3 * i + 1], scale.lut[3 * i + 2]];
 }
 
@@ -145,16 +149,17 @@ export function colorOf(scale, v) {
 export function fillRgba(values, scale, out) {
   const { lut, lo } = scale;
   const span = scale.hi - scale.lo;
-  const k = span > 0 ? 255 / span : 0;
+  const k = span > 0 ? LAST / span : 0;
+  const mid = LAST >> 1;
   for (let j = 0, o = 0; j < values.length; j++, o += 4) {
     const v = values[j];
     let r;
     let g;
     let b;
     if (v === v && v !== Infinity && v !== -Infinity) {
-      let i = k === 0 ? 128 : Math.round((v - lo) * k);
+      let i = k === 0 ? mid : Math.round((v - lo) * k);
       if (i < 0) i = 0;
-      else if (i > 255) i = 255;
+      else if (i > LAST) i = LAST;
       r = lut[3 * i];
       g = lut[3 * i + 1];
       b = lut[3 * i + 2];

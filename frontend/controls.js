@@ -31,7 +31,7 @@ export class RunPicker {
   /** @param {(run: string) => void} onChange */
   constructor(onChange) {
     this.element = el('div', 'xray-field');
-    const label = el('label', 'xray-field-label', 'Run');
+    const label = /** @type {HTMLLabelElement} */ (el('label', 'xray-field-label', 'Run'));
     label.htmlFor = 'xray-run';
     /** @type {HTMLSelectElement} */
     this.select = /** @type {HTMLSelectElement} */ (el('select', 'xray-select'));

@@ -36,10 +36,12 @@ import { fillRgba } from './colormap.js';
 
 /** Smallest side of a drawn panel, in CSS pixels, when the cap below allows it. */
 export const MIN_PANEL_SIDE = 48;
+/** Larger sides tried, largest first, when the panels still fit in as few rows (or two). */
+const PREFERRED_SIDES = [128, 112, 96, 80, 64];
 /** Largest side a panel is scaled up to (a panel larger than this is drawn 1:1). */
 const MAX_PANEL_SIDE = 480;
 /** A very thin panel (a vector) is stretched across its short side to at least this. */
-const MIN_THIN_SIDE = 24;
+const MIN_THIN_SIDE = 28;
 const GAP = 8;
 const LABEL_HEIGHT = 15;
 const FONT = '11px Roboto, "Helvetica Neue", Arial, sans-serif';
@@ -83,17 +85,20 @@ export function decodePanels(rawPanels) {
 }
 
 /**
- * Pixels per value along each axis for panels of at most `rows` × `cols` values.
+ * Pixels per value along each axis for panels of at most `rows` × `cols` values: an integer
+ * (nearest-neighbour) factor that brings the short side to `target` pixels unless the long side
+ * would pass MAX_PANEL_SIDE.
  * @param {number} rows
  * @param {number} cols
+ * @param {number} [target]  Wanted short side in CSS pixels.
  * @returns {{sx: number, sy: number}}
  */
-export function panelScale(rows, cols) {
+export function panelScale(rows, cols, target = MIN_PANEL_SIDE) {
   const shortSide = Math.max(1, Math.min(rows, cols));
   const longSide = Math.max(1, rows, cols);
   const s = Math.max(
     1,
-    Math.min(Math.ceil(MIN_PANEL_SIDE / shortSide), Math.floor(MAX_PANEL_SIDE / longSide)),
+    Math.min(Math.ceil(target / shortSide), Math.floor(MAX_PANEL_SIDE / longSide)),
   );
   let sx = s;
   let sy = s;
@@ -103,7 +108,8 @@ export function panelScale(rows, cols) {
 }
 
 /**
- * Places panels on a grid that fits `availableWidth`.
+ * Places panels on a grid that fits `availableWidth`. Panels are drawn as large as possible (up to
+ * PREFERRED_SIDES[0]) as long as that needs no more grid rows than the minimum size does, or two.
  * @param {Panel[]} panels
  * @param {number} availableWidth  CSS pixels.
  * @returns {Layout}
@@ -111,17 +117,30 @@ export function panelScale(rows, cols) {
 export function layoutPanels(panels, availableWidth) {
   const maxRows = Math.max(1, ...panels.map((p) => p.rows));
   const maxCols = Math.max(1, ...panels.map((p) => p.cols));
-  const { sx, sy } = panelScale(maxRows, maxCols);
   const labelHeight = panels.some((p) => p.index !== null && p.index !== undefined)
     ? LABEL_HEIGHT
     : 0;
-  const cellW = maxCols * sx;
+  const fit = (target) => {
+    const { sx, sy } = panelScale(maxRows, maxCols, target);
+    const cellW = maxCols * sx;
+    const perRow = Math.max(
+      1,
+      Math.min(panels.length, Math.floor((availableWidth + GAP) / (cellW + GAP))),
+    );
+    return { sx, sy, cellW, perRow, gridRows: Math.ceil(panels.length / perRow) };
+  };
+  let chosen = fit(MIN_PANEL_SIDE);
+  const allowedRows = Math.max(chosen.gridRows, 2);
+  const sides = panels.length === 1 ? [320, 256, 192, ...PREFERRED_SIDES] : PREFERRED_SIDES;
+  for (const target of sides) {
+    const candidate = fit(target);
+    if (candidate.gridRows <= allowedRows) {
+      chosen = candidate;
+      break;
+    }
+  }
+  const { sx, sy, cellW, perRow, gridRows } = chosen;
   const cellH = maxRows * sy + labelHeight;
-  const perRow = Math.max(
-    1,
-    Math.min(panels.length, Math.floor((availableWidth + GAP) / (cellW + GAP))),
-  );
-  const gridRows = Math.ceil(panels.length / perRow);
   const cells = panels.map((panel, i) => ({
     panel,
     x: (i % perRow) * (cellW + GAP),
@@ -138,14 +157,30 @@ export function layoutPanels(panels, availableWidth) {
 }
 
 /**
+ * Width of the sub-blocks of a tiled panel: a filter [C_in, kh, kw] arrives tiled into
+ * kh × (C_in·kw), so its panels are split every kw columns. null when panels are not tiled.
+ * @param {Panel[]} panels
+ * @param {number[]|undefined} originalShape
+ * @returns {number|null}
+ */
+export function tileWidthOf(panels, originalShape) {
+  if (!Array.isArray(originalShape) || originalShape.length < 4 || panels.length === 0) return null;
+  const w = originalShape[originalShape.length - 1];
+  const cols = panels[0].cols;
+  return w > 0 && cols > w && cols % w === 0 ? w : null;
+}
+
+/**
  * Draws the panels on `canvas` (resizing it) and returns the layout for hit tests.
  * @param {HTMLCanvasElement} canvas
  * @param {Panel[]} panels
  * @param {Scale} scale
  * @param {number} availableWidth  CSS pixels.
+ * @param {{tileWidth?: number|null}} [options]  tileWidth: draw a separator every that many columns.
  * @returns {Layout}
  */
-export function drawHeatmap(canvas, panels, scale, availableWidth) {
+export function drawHeatmap(canvas, panels, scale, availableWidth, options = {}) {
+  const tileWidth = options.tileWidth || null;
   const layout = layoutPanels(panels, availableWidth);
   const dpr = window.devicePixelRatio || 1;
   canvas.width = Math.round(layout.width * dpr);
@@ -172,6 +207,12 @@ export function drawHeatmap(canvas, panels, scale, availableWidth) {
     const w = panel.cols * layout.sx;
     const h = panel.rows * layout.sy;
     ctx.drawImage(scratch, 0, 0, panel.cols, panel.rows, x, y, w, h);
+    if (tileWidth && panel.cols > tileWidth) {
+      ctx.fillStyle = 'rgba(255, 255, 255, 0.9)';
+      for (let c = tileWidth; c < panel.cols; c += tileWidth) {
+        ctx.fillRect(x + c * layout.sx - 1, y, 2, h);
+      }
+    }
     ctx.strokeStyle = 'rgba(0, 0, 0, 0.25)';
     ctx.lineWidth = 1;
     ctx.strokeRect(x + 0.5, y + 0.5, w - 1, h - 1);

@@ -47,7 +47,11 @@ def tensorboard(python: str, logdir: Path, *, cwd: Path, extra: Sequence[str] = 
                 if get_json(f"{url}/data/plugins_listing", timeout=2).get("xray", {}).get("enabled"):
                     break
             if time.monotonic() > deadline:
-                raise TimeoutError(f"tensorboard did not enable the Xray tab in {timeout:.0f} s: {Path(log.name).read_text()[-2000:]}")
+                raise TimeoutError(
+                    f"tensorboard did not enable the Xray tab in {timeout:.0f} s. It finds the plugin through the installed "
+                    f"entry point: run with the interpreter of an environment where xray-tb is installed (make install).\n"
+                    f"{Path(log.name).read_text()[-2000:]}"
+                )
             time.sleep(0.3)
         yield url
     finally:
