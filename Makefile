@@ -23,6 +23,7 @@ browser:
 	@test -x $(CHROMIUM) || { echo "chromium is missing: run 'apt-get install -y chromium' as root"; exit 1; }
 
 demo: install
+	rm -rf runs/digits
 	$(PY) examples/digits.py --logdir runs/digits
 	@echo ""
 	@echo "Xray tab: http://$(HOST):$(PORT)/#xray   (Ctrl+C stops TensorBoard)"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 
 import torch
-from sklearn.datasets import load_digits
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.tensorboard import SummaryWriter
@@ -45,6 +44,9 @@ class LeNetDigits(nn.Module):
 
 
 def digits_loader(batch_size: int, seed: int) -> DataLoader:
+    """The 1,797 8x8 digits bundled with scikit-learn, scaled to [0, 1], shuffled with ``seed``."""
+    from sklearn.datasets import load_digits  # imported here so the model can be imported without sklearn
+
     digits = load_digits()
     images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
     labels = torch.tensor(digits.target, dtype=torch.long)

@@ -1,8 +1,9 @@
 """The contract between the Xray recorder and the Xray TensorBoard plugin.
 
-Both sides import this module and nothing else of each other: the recorder (``xray_tb``) builds
-summaries with it, the plugin (``tb_plugin.xray_plugin``) parses them with it. It depends on numpy
-and TensorBoard's protos only, never on torch, so TensorBoard starts fast.
+The recorder (``xray_tb``) builds summaries with it and the plugin (``tb_plugin.xray_plugin``) parses
+them with it; besides it, the recorder uses only ``tb_plugin.layout`` (how a frame is drawn) and the
+plugin nothing of the recorder. It depends on numpy and TensorBoard's protos only, never on torch,
+so TensorBoard starts fast.
 
 Layout of the data in an event file:
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 from tensorboard.compat.proto import summary_pb2
@@ -53,7 +54,8 @@ class FrameHeader:
     """What a stored frame is, so every value can be traced back to the full tensor.
 
     The stored array is ``full[batch_index]`` (when ``batch_index`` is not None) with only
-    ``indices`` kept along dimension ``dim`` of that tensor, in that order.
+    ``indices`` kept along dimension ``dim`` of that tensor, in that order. ``path`` locates the
+    tensor inside a tuple or dict output (``"[0]"``, ``"['logits']"``), ``""`` for a plain tensor.
     """
 
     run_id: str
@@ -67,6 +69,13 @@ class FrameHeader:
     indices: list[int]
     batch_index: Optional[int]
     selector: str
+    path: str = ""
+
+    @property
+    def name(self) -> str:
+        """The layer name shown and tagged: the layer, plus the path of the tensor inside a tuple or
+        dict output (``"lstm[0]"``)."""
+        return self.layer + self.path
 
     def to_json(self) -> bytes:
         return json.dumps(dataclasses.asdict(self)).encode("utf-8")
@@ -115,6 +124,26 @@ def stats_summary(layer: str, kind: str, stats: dict[str, float]) -> summary_pb2
     )
 
 
+def module_types(architecture: Optional[dict]) -> dict[str, Optional[str]]:
+    """``{module name: class name}`` of the modules an architecture calls, in order of first call."""
+    types: dict[str, Optional[str]] = {}
+    for node in (architecture or {}).get("nodes", []):
+        if node.get("kind") == "module" and node.get("module") is not None:
+            types.setdefault(node["module"], node.get("type"))
+    return types
+
+
+def base_layer(name: str) -> str:
+    """The module name of a recorded layer name (``"lstm[0]"`` → ``"lstm"``)."""
+    return name.split("[", 1)[0]
+
+
+def layer_sort_key(architecture: Optional[dict]) -> Callable[[str], tuple[int, str]]:
+    """A sort key putting recorded layer names in execution order, names the architecture lacks last."""
+    order = {name: index for index, name in enumerate(module_types(architecture))}
+    return lambda name: (order.get(base_layer(name), len(order)), name)
+
+
 def create_summary_metadata(content: dict[str, Any]) -> summary_pb2.SummaryMetadata:
     """Summary metadata for an Xray tag; ``content`` describes the tag (see module docstring)."""
     payload = dict(content, version=CONTENT_VERSION)
@@ -145,8 +174,8 @@ def _blob_summary(tag: str, content: dict[str, Any], blobs: Sequence[bytes]) -> 
 
 def frame_summary(header: FrameHeader, values: np.ndarray) -> summary_pb2.Summary:
     """A summary holding one frame: its header and its selected values."""
-    content = {"type": "frame", "layer": header.layer, "kind": header.kind}
-    return _blob_summary(frame_tag(header.layer, header.kind), content, [header.to_json(), encode_array(values)])
+    content = {"type": "frame", "layer": header.name, "kind": header.kind}
+    return _blob_summary(frame_tag(header.name, header.kind), content, [header.to_json(), encode_array(values)])
 
 
 def json_summary(tag: str, document: Any) -> summary_pb2.Summary:

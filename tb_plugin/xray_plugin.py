@@ -101,12 +101,16 @@ class XrayPlugin(base_plugin.TBPlugin):
         for tag, (layer, kind) in frame_tags.items():
             layers.setdefault(layer, {})[kind] = sorted({datum.step for datum in series.get(tag, [])})
         architecture = self._document(ctx, experiment_id, run, metadata.ARCHITECTURE_TAG, tags)
-        types, order = _layer_types(architecture)
-        names = sorted(layers, key=lambda name: (order.get(name, len(order)), name))
+        types = metadata.module_types(architecture)
+        names = sorted(layers, key=metadata.layer_sort_key(architecture))
         return {
             "run": run,
             "layers": [
-                {"name": name, "type": types.get(name), "kinds": {k: layers[name][k] for k in metadata.KINDS if k in layers[name]}}
+                {
+                    "name": name,
+                    "type": types.get(metadata.base_layer(name)),
+                    "kinds": {k: layers[name][k] for k in metadata.KINDS if k in layers[name]},
+                }
                 for name in names
             ],
             "steps": sorted({step for kinds in layers.values() for steps in kinds.values() for step in steps}),
@@ -207,18 +211,6 @@ class XrayPlugin(base_plugin.TBPlugin):
 
 def _context(request) -> tuple:
     return plugin_util.context(request.environ), plugin_util.experiment_id(request.environ)
-
-
-def _layer_types(architecture: Optional[dict]) -> tuple[dict[str, str], dict[str, int]]:
-    """``({module: type}, {module: first position})`` from an architecture's module nodes."""
-    types: dict[str, str] = {}
-    order: dict[str, int] = {}
-    for node in (architecture or {}).get("nodes", []):
-        name = node.get("module")
-        if node.get("kind") == "module" and name is not None and name not in order:
-            order[name] = len(order)
-            types[name] = node.get("type")
-    return types, order
 
 
 class XrayLoader(base_plugin.TBLoader):

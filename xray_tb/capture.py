@@ -10,7 +10,14 @@ from xray_tb.selectors import SelectionInfo, Selector, check_selection
 
 
 def make_frame(
-    tensor: torch.Tensor, *, info: SelectionInfo, selector: Selector, step: int, run_id: str, wall_time: float
+    tensor: torch.Tensor,
+    *,
+    info: SelectionInfo,
+    selector: Selector,
+    step: int,
+    run_id: str,
+    wall_time: float,
+    path: str = "",
 ) -> tuple[FrameHeader, np.ndarray]:
     """The header and float32 values of one frame.
 
@@ -34,6 +41,7 @@ def make_frame(
         indices=indices,
         batch_index=batch_index,
         selector=repr(selector),
+        path=path,
     )
     return header, chosen.to(device="cpu", dtype=torch.float32).numpy()
 

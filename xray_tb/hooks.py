@@ -14,22 +14,25 @@ from xray_tb.graph import Tap
 
 @dataclasses.dataclass
 class TapValue:
-    """What the latest grad-enabled forward gave at a tap: the output, and its gradient after backward."""
+    """What the latest grad-enabled forward gave at a tap: its output tensors by path (``""`` for a
+    plain tensor, ``"[0]"``, ``"[1][0]"``, ``"['logits']"`` inside tuples and dicts), and their
+    gradients after backward."""
 
-    output: torch.Tensor
-    grad: Optional[torch.Tensor] = None
+    outputs: dict[str, torch.Tensor]
+    grads: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
 
 
-def first_tensor(value: Any) -> Optional[torch.Tensor]:
-    """The first tensor in a module output (a tensor, or tuples, lists and dicts of them)."""
+def tensors_with_paths(value: Any, path: str = "") -> list[tuple[str, torch.Tensor]]:
+    """Every tensor in a module output (a tensor, or tuples, lists and dicts of them) with its path."""
     if isinstance(value, torch.Tensor):
-        return value
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else ()
-    for item in items:
-        found = first_tensor(item)
-        if found is not None:
-            return found
-    return None
+        return [(path, value)]
+    if isinstance(value, dict):
+        items = ((f"[{key!r}]", item) for key, item in value.items())
+    elif isinstance(value, (tuple, list)):
+        items = ((f"[{index}]", item) for index, item in enumerate(value))
+    else:
+        return []
+    return [found for suffix, item in items for found in tensors_with_paths(item, path + suffix)]
 
 
 class _InertHook:
@@ -50,6 +53,13 @@ class _Hook:
 
     def __reduce__(self):
         return (_InertHook, ())
+
+
+def _grad_keeper(grads: dict[str, torch.Tensor], path: str) -> Callable:
+    def keep(grad: torch.Tensor) -> None:
+        grads[path] = grad.detach()
+
+    return keep
 
 
 class TapRecorder:
@@ -104,17 +114,21 @@ class TapRecorder:
             call = self._calls.get(name, 0)
             self._calls[name] = call + 1
             if call in wanted and torch.is_grad_enabled():
-                self._keep(Tap(name, call), first_tensor(output))
+                self._keep(taps[call], tensors_with_paths(output))
 
+        taps = {call: Tap(name, call) for call in wanted}
         return hook
 
-    def _keep(self, tap: Tap, output: Optional[torch.Tensor]) -> None:
-        if output is None:
+    def _keep(self, tap: Tap, outputs: list[tuple[str, torch.Tensor]]) -> None:
+        if not outputs:
             return
-        value = TapValue(output.detach().clone() if tap in self._copy else output.detach())
+        copy = tap in self._copy
+        value = TapValue({path: tensor.detach().clone() if copy else tensor.detach() for path, tensor in outputs})
         self.latest[tap] = value
-        if tap in self._grads and output.requires_grad:
-            self._tensor_handles.append(output.register_hook(lambda grad: setattr(value, "grad", grad.detach())))
+        if tap in self._grads:
+            for path, tensor in outputs:
+                if tensor.requires_grad:
+                    self._tensor_handles.append(tensor.register_hook(_grad_keeper(value.grads, path)))
 
     def clear(self) -> None:
         """Forget the kept tensors (and their pending gradient hooks)."""

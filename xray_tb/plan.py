@@ -1,7 +1,7 @@
 """The plan: which kinds are recorded for which layers. Drafted from the graph, edited by the user.
 
 A plan is ``{layer: {kind: bool}}`` with layer names from ``model.named_modules()`` and kinds from
-:data:`KINDS`. ``"layer"`` is accepted as another word for ``"output"``. A list of layer names means
+:data:`KINDS`; an entry may also name its own ``"selector"`` (a :class:`~xray_tb.Selector`). ``"layer"`` is accepted as another word for ``"output"``. A list of layer names means
 "these layers, with what the draft would record for them" (their output when the draft records
 nothing for their type).
 """
@@ -16,6 +16,7 @@ from torch import nn
 
 from tb_plugin.metadata import KINDS
 from xray_tb import graph
+from xray_tb.selectors import Selector
 
 ALIASES = {"layer": "output"}
 PlanLike = Union[Mapping[str, Mapping[str, bool]], Iterable[str]]
@@ -85,16 +86,29 @@ def _check_layer(layer: object, draft: dict, modules: dict) -> None:
     raise ValueError(f"unknown layer {layer!r}{hint}")
 
 
-def _parse_entry(layer: str, kinds: object) -> dict[str, bool]:
+def _parse_entry(layer: str, kinds: object) -> dict:
     if not isinstance(kinds, Mapping):
         raise ValueError(f"plan[{layer!r}] must be a dict {{kind: bool}}, got {kinds!r}")
-    entry = _entry()
+    entry: dict = _entry()
     for kind, on in kinds.items():
+        if kind == "selector":
+            if on is not None and not isinstance(on, Selector):
+                raise ValueError(f"plan[{layer!r}]['selector'] must be a xray_tb.Selector, got {type(on).__name__}")
+            entry["selector"] = on
+            continue
         name = ALIASES.get(kind, kind)
         if name not in KINDS:
-            raise ValueError(f"unknown kind {kind!r} for layer {layer!r}; valid kinds: {', '.join(KINDS)} ('layer' means 'output')")
+            raise ValueError(
+                f"unknown kind {kind!r} for layer {layer!r}; valid kinds: {', '.join(KINDS)} "
+                "('layer' means 'output'; 'selector' takes a Selector)"
+            )
         entry[name] = bool(on)
     return entry
+
+
+def plan_document(plan: dict) -> dict:
+    """The plan as JSON for the event file: selectors by their repr."""
+    return {layer: {k: repr(v) if k == "selector" else v for k, v in entry.items()} for layer, entry in plan.items()}
 
 
 def _check_kinds(layer: str, entry: dict[str, bool], architecture: dict, module: nn.Module) -> None:

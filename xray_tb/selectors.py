@@ -98,6 +98,27 @@ class RandomFilters(Selector):
         return Selection(tuple(sorted(int(i) for i in chosen)))
 
 
+class TopVariance(Selector):
+    """The filters or rows of highest variance, chosen once per layer at its first capture and then
+    kept, so frames stay comparable over time."""
+
+    def __init__(self, max_filters: int = DEFAULT_MAX_FILTERS, max_rows: int = DEFAULT_MAX_ROWS):
+        self.max_filters = max_filters
+        self.max_rows = max_rows
+        self._chosen: dict[tuple[str, int], Selection] = {}
+
+    def select(self, tensor, info):
+        if tensor.dim() == 0:
+            return Selection(())
+        key = (info.layer, tensor.shape[0])
+        if key not in self._chosen:
+            limit = _limit(tensor, self.max_filters, self.max_rows)
+            variance = tensor.detach().float().reshape(tensor.shape[0], -1).var(dim=1, unbiased=False)
+            top = torch.topk(torch.nan_to_num(variance, nan=-1.0), min(limit, tensor.shape[0])).indices
+            self._chosen[key] = Selection(tuple(sorted(int(i) for i in top)))
+        return self._chosen[key]
+
+
 def check_selection(selection: object, selector: Selector, size: int) -> Sequence[int]:
     """The indices of ``selection``, or a ValueError naming the selector when it is malformed."""
     name = type(selector).__name__

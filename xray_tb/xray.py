@@ -15,15 +15,17 @@ import torch
 from torch import nn
 
 from tb_plugin import metadata
-from xray_tb import graph
+from xray_tb import graph, views
 from xray_tb import plan as plans
-from xray_tb._module_trace import trace
+from xray_tb.tracer import trace
 from xray_tb.capture import make_frame, recompute_activation
 from xray_tb.hooks import TapRecorder, _InertHook
 from xray_tb.probe import run_probe
+from xray_tb.reader import RecordedRun, open_run
 from xray_tb.schedules import ScheduleLike, as_schedule
 from xray_tb.selectors import RandomFilters, SelectionInfo, Selector
-from xray_tb.statistics import frame_statistics
+from xray_tb.summary_table import summary_table
+from xray_tb.statistics import gather_statistics, statistics_tensor
 from xray_tb.writer import EventSink
 
 #: Default cap on the bytes of frame values one capture writes (16 MiB).
@@ -124,6 +126,7 @@ class Xray:
         self._selector = selector if selector is not None else RandomFilters()
         self._budget = budget_bytes
         self._resources = _Resources(EventSink(logdir=logdir, writer=writer))
+        self._logdir = self._resources.sink.logdir
         self._finalizer = weakref.finalize(self, self._resources.release)
         self._plan: dict[str, dict[str, bool]] = {}
         self._activations: dict[str, graph.ActivationSource] = {}
@@ -148,7 +151,7 @@ class Xray:
     @property
     def logdir(self) -> str:
         """The run directory Xray writes to."""
-        return self._sink.logdir
+        return self._logdir
 
     # The plan -------------------------------------------------------------------------------------
 
@@ -183,7 +186,7 @@ class Xray:
             self._resources.recorder.remove()
         self._resources.recorder, self._plan, self._activations = recorder, normalized, activations
         self._arm_for(self._next_step)
-        sink.add(metadata.json_summary(metadata.PLAN_TAG, self._plan), step=self._plan_version)
+        sink.add(metadata.json_summary(metadata.PLAN_TAG, plans.plan_document(self._plan)), step=self._plan_version)
         self._plan_version += 1
         sink.flush()
 
@@ -254,25 +257,30 @@ class Xray:
         wall_time = time.time()
         modules = dict(self._model.named_modules())
         self._last_frames = {}
-        for layer, kinds in self._plan.items():
+        statistics: list[tuple[metadata.FrameHeader, torch.Tensor]] = []
+        for layer, entry in self._plan.items():
+            selector = entry.get("selector") or self._selector
+            layer_type = type(modules[layer]).__name__
             for kind in metadata.KINDS:
-                tensor = self._tensor(layer, kind, modules[layer]) if kinds[kind] else None
-                if tensor is None:
-                    continue
-                info = SelectionInfo(layer=layer, kind=kind, layer_type=type(modules[layer]).__name__)
-                header, values = make_frame(tensor, info=info, selector=self._selector, step=step, run_id=self.run_id, wall_time=wall_time)
-                values = values.astype(self._storage_dtype, copy=False)
-                if report.bytes + values.nbytes > self._budget:
-                    report.skipped.append((layer, kind))
-                    continue
-                sink.add(metadata.frame_summary(header, values), step=step, wall_time=wall_time)
-                sink.add(metadata.stats_summary(layer, kind, frame_statistics(tensor)), step=step, wall_time=wall_time)
-                self._last_frames[(layer, kind)] = (header, values)
-                self._records.setdefault(layer, {}).setdefault(kind, []).append(step)
-                report.frames += 1
-                report.bytes += values.nbytes
+                info = SelectionInfo(layer=layer, kind=kind, layer_type=layer_type)
+                for path, tensor in self._tensors(layer, kind, modules[layer]) if entry[kind] else ():
+                    header, values = make_frame(
+                        tensor, info=info, selector=selector, step=step, run_id=self.run_id, wall_time=wall_time, path=path
+                    )
+                    values = values.astype(self._storage_dtype, copy=False)
+                    if report.bytes + values.nbytes > self._budget:
+                        report.skipped.append((header.name, kind))
+                        continue
+                    sink.add(metadata.frame_summary(header, values), step=step, wall_time=wall_time)
+                    statistics.append((header, statistics_tensor(tensor)))
+                    self._last_frames[(header.name, kind)] = (header, values)
+                    self._records.setdefault(header.name, {}).setdefault(kind, []).append(step)
+                    report.frames += 1
+                    report.bytes += values.nbytes
+        for (header, _), stats in zip(statistics, gather_statistics([tensor for _, tensor in statistics])):
+            sink.add(metadata.stats_summary(header.name, header.kind, stats), step=step, wall_time=wall_time)
         if report.skipped:
-            skipped = ", ".join(f"{layer}/{kind}" for layer, kind in report.skipped)
+            skipped = ", ".join(f"{name}/{kind}" for name, kind in report.skipped)
             warnings.warn(
                 f"capture at step {step} reached the budget of {self._budget} bytes and skipped {skipped}; "
                 "raise budget_bytes=, store dtype='float16', or keep fewer filters with the selector",
@@ -280,24 +288,27 @@ class Xray:
             )
         return report
 
-    def _tensor(self, layer: str, kind: str, module: nn.Module) -> Optional[torch.Tensor]:
+    def _tensors(self, layer: str, kind: str, module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+        """The tensors to record for a layer's kind, with their paths inside the output."""
         if kind in ("weight", "weight_grad"):
             tensor = module.weight if kind == "weight" else module.weight.grad
             if tensor is None:
                 self._warn_once("weight_grad", "take_graphs() found no .grad on the weights (call it after loss.backward()); weight_grad was not recorded")
-            return tensor
+                return []
+            return [("", tensor)]
         source = self._activations[layer] if kind == "activation" else None
         kept = self._resources.recorder.latest.get(source.tap if source else graph.Tap(layer))
         if kept is None:
             self._warn_once("forward", "take_graphs() found no forward pass run with grad enabled since the plan was set; outputs were not recorded")
-            return None
+            return []
         if kind == "grad":
-            if kept.grad is None:
+            if not kept.grads:
                 self._warn_once("grad", "take_graphs() found no output gradients (call it after loss.backward()); grad was not recorded")
-            return kept.grad
+            return list(kept.grads.items())
         if source is not None and source.op is not None:
-            return recompute_activation(source.op, dict(source.kwargs), kept.output)
-        return kept.output
+            path, tensor = next(iter(kept.outputs.items()))
+            return [(path, recompute_activation(source.op, dict(source.kwargs), tensor))]
+        return list(kept.outputs.items())
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -309,6 +320,38 @@ class Xray:
     def records(self) -> dict[str, dict[str, list[int]]]:
         """What this Xray recorded: ``{layer: {kind: [steps]}}``."""
         return copy.deepcopy(self._records)
+
+    def load(self, layer: str, kind: str, step: int) -> tuple[torch.Tensor, metadata.FrameHeader]:
+        """A recorded frame (the kept values) and its header: from memory when it is from the last
+        capture, else from the run's event files."""
+        in_memory = self._last_frames.get((layer, kind))
+        if in_memory is not None and in_memory[0].step == int(step):
+            header, values = in_memory
+            return torch.from_numpy(values.astype(np.float32)), header
+        return self._written_run().load(layer, kind, step)
+
+    def _written_run(self) -> RecordedRun:
+        if self._resources.sink is not None:
+            self._resources.sink.flush()
+        return open_run(self._logdir)
+
+    def show_last_graphs(self, save: Optional[str] = None):
+        """Draw the last capture with matplotlib: one row per layer, one panel per kind.
+
+        Inline in Jupyter; with ``save=path``, written to a PNG. Returns the figure.
+        """
+        if not self._last_frames:
+            raise RuntimeError("nothing captured yet: call take_graphs() after loss.backward() first")
+        return views.show_frames(list(self._last_frames.values()), save=save, title=f"step {self._last_step}")
+
+    def save_gif(self, layer: str, kind: str, path: str, *, fps: float = 2) -> str:
+        """Animate a layer's frames of one kind over the captured steps into a GIF at ``path``."""
+        frames = [(header, values.numpy()) for values, header in self._written_run().frames(layer, kind)]
+        return views.save_gif(frames, path, fps=fps)
+
+    def summary(self) -> str:
+        """A text table of the traced graph: name, type or op, output shape, parameters."""
+        return summary_table(self.architecture)
 
     # Life cycle -----------------------------------------------------------------------------------
 

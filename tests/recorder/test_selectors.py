@@ -1,0 +1,100 @@
+"""Selectors choose bounded, stable, traceable filters; bad selectors are rejected by name."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from tests.event_files import read_xray_events
+from xray_tb import FirstN, KeepAll, RandomFilters, Selection, SelectionInfo, Selector, TopVariance, Xray
+
+INFO = SelectionInfo(layer="features.3", kind="output", layer_type="Conv2d")
+
+
+def test_separate_limits_for_filters_and_rows():
+    selector = RandomFilters(max_filters=4, max_rows=6)
+    assert len(selector.select(torch.zeros(32, 3, 3, 3), INFO).indices) == 4
+    assert len(selector.select(torch.zeros(100, 20), INFO).indices) == 6
+    assert selector.select(torch.zeros(50), INFO).indices == tuple(range(50))  # a vector is one row
+    assert selector.select(torch.zeros(3, 5, 5), INFO).indices == (0, 1, 2)  # fits: kept whole
+
+
+def test_random_filters_are_seeded_by_layer():
+    a = RandomFilters(max_filters=5).select(torch.zeros(64, 3, 3), INFO).indices
+    assert a == RandomFilters(max_filters=5).select(torch.ones(64, 8, 8), INFO).indices
+    other = SelectionInfo(layer="features.6", kind="output", layer_type="Conv2d")
+    assert a != RandomFilters(max_filters=5).select(torch.zeros(64, 3, 3), other).indices
+    assert list(a) == sorted(a) and len(set(a)) == 5
+
+
+def test_first_n_keep_all_and_top_variance():
+    tensor = torch.zeros(10, 4, 4)
+    tensor[7] = torch.randn(4, 4) * 10
+    tensor[2] = torch.randn(4, 4)
+    assert FirstN(max_filters=3).select(tensor, INFO).indices == (0, 1, 2)
+    assert KeepAll().select(tensor, INFO).indices == tuple(range(10))
+    top = TopVariance(max_filters=2)
+    assert top.select(tensor, INFO).indices == (2, 7)
+    assert top.select(torch.randn(10, 4, 4), INFO).indices == (2, 7)  # chosen once
+
+
+class Broken(Selector):
+    def select(self, tensor, info):
+        return Selection((0, tensor.shape[0] + 5))
+
+
+class NotASelection(Selector):
+    def select(self, tensor, info):
+        return [0, 1]
+
+
+def tiny():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 4 * 4, 2))
+
+
+@pytest.mark.parametrize("selector, message", [(Broken(), r"Broken.select returned indices \[13\] outside"), (NotASelection(), "NotASelection.select must return a Selection, got list")])
+def test_bad_selectors_are_named(tmp_path, selector, message):
+    with Xray(tiny(), input_size=(1, 6, 6), logdir=str(tmp_path), plan={"0": {"weight": True}}, selector=selector) as xray:
+        with pytest.raises(ValueError, match=message):
+            xray.take_graphs(0)
+
+
+def test_plan_names_a_selector_per_layer_and_indices_trace_back(tmp_path):
+    model = tiny()
+    plan = {"0": {"weight": True, "selector": FirstN(max_filters=2)}, "3": {"weight": True}}
+    with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), plan=plan, selector=KeepAll()) as xray:
+        assert isinstance(xray.plan["0"]["selector"], FirstN)
+        xray.take_graphs(0)
+    frames, documents = read_xray_events(str(tmp_path))
+    header, values = frames[("0", "weight", 0)]
+    assert header.indices == [0, 1] and header.selector == "FirstN(max_filters=2, max_rows=64)"
+    assert values.shape == (2, 1, 3, 3)
+    assert frames[("3", "weight", 0)][0].indices == [0, 1]  # KeepAll for the rest
+    assert documents["xray/meta/plan"][-1][1]["0"]["selector"] == "FirstN(max_filters=2, max_rows=64)"
+
+
+def test_tuple_outputs_are_recorded_with_their_paths(tmp_path):
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = nn.LSTM(4, 6, batch_first=True)
+            self.head = nn.Linear(6, 2)
+
+        def forward(self, x):
+            out, (h, c) = self.lstm(x)
+            return self.head(out[:, -1])
+
+    torch.manual_seed(0)
+    model, x = Classifier(), torch.randn(3, 5, 4)
+    with Xray(model, x, logdir=str(tmp_path), plan={"lstm": {"output": True, "grad": True}}) as xray:
+        F.cross_entropy(model(x), torch.tensor([0, 1, 1])).backward()
+        xray.take_graphs(0)
+        assert set(xray.records()) == {"lstm[0]", "lstm[1][0]", "lstm[1][1]"}
+    frames, _ = read_xray_events(str(tmp_path))
+    header, values = frames[("lstm[0]", "output", 0)]
+    assert header.layer == "lstm" and header.path == "[0]" and header.original_shape == [3, 5, 6]
+    torch.testing.assert_close(torch.from_numpy(values), model.lstm(x)[0][0].detach())
+    assert ("lstm[0]", "grad", 0) in frames  # h and c get no gradient from this loss (only out does)
