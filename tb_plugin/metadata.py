@@ -24,13 +24,13 @@ Layout of the data in an event file:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import json
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
-from tensorboard.compat.proto import summary_pb2
-from tensorboard.util import tensor_util
+from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
 PLUGIN_NAME = "xray"
 CONTENT_VERSION = 1
@@ -78,7 +78,7 @@ class FrameHeader:
         return self.layer + self.path
 
     def to_json(self) -> bytes:
-        return json.dumps(dataclasses.asdict(self)).encode("utf-8")
+        return json.dumps(vars(self)).encode("utf-8")
 
     @classmethod
     def from_json(cls, data: bytes) -> "FrameHeader":
@@ -117,11 +117,9 @@ def parse_stat_tag(tag: str) -> Optional[tuple[str, str, str]]:
     return layer, kind, stat
 
 
-def stats_summary(layer: str, kind: str, stats: dict[str, float]) -> summary_pb2.Summary:
+def stats_values(layer: str, kind: str, stats: dict[str, float]) -> list[summary_pb2.Summary.Value]:
     """Plain TensorBoard scalars (``simple_value``) for a frame's statistics."""
-    return summary_pb2.Summary(
-        value=[summary_pb2.Summary.Value(tag=stat_tag(layer, kind, name), simple_value=float(value)) for name, value in stats.items()]
-    )
+    return [summary_pb2.Summary.Value(tag=stat_tag(layer, kind, name), simple_value=float(value)) for name, value in stats.items()]
 
 
 def module_types(architecture: Optional[dict]) -> dict[str, Optional[str]]:
@@ -146,11 +144,13 @@ def layer_sort_key(architecture: Optional[dict]) -> Callable[[str], tuple[int, s
 
 def create_summary_metadata(content: dict[str, Any]) -> summary_pb2.SummaryMetadata:
     """Summary metadata for an Xray tag; ``content`` describes the tag (see module docstring)."""
-    payload = dict(content, version=CONTENT_VERSION)
+    return _summary_metadata(json.dumps(dict(content, version=CONTENT_VERSION), sort_keys=True))
+
+
+@functools.lru_cache(maxsize=4096)
+def _summary_metadata(content_json: str) -> summary_pb2.SummaryMetadata:
     return summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(
-            plugin_name=PLUGIN_NAME, content=json.dumps(payload).encode("utf-8")
-        ),
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=PLUGIN_NAME, content=content_json.encode("utf-8")),
         data_class=summary_pb2.DATA_CLASS_BLOB_SEQUENCE,
     )
 
@@ -166,21 +166,25 @@ def parse_plugin_content(content: bytes) -> Optional[dict[str, Any]]:
     return parsed
 
 
-def _blob_summary(tag: str, content: dict[str, Any], blobs: Sequence[bytes]) -> summary_pb2.Summary:
-    tensor = tensor_util.make_tensor_proto(np.array(list(blobs), dtype=object))
-    value = summary_pb2.Summary.Value(tag=tag, metadata=create_summary_metadata(content), tensor=tensor)
-    return summary_pb2.Summary(value=[value])
+def _blob_value(tag: str, content: dict[str, Any], blobs: Sequence[bytes]) -> summary_pb2.Summary.Value:
+    """A summary value holding ``blobs`` as a rank-1 string tensor (the blob-sequence layout)."""
+    tensor = tensor_pb2.TensorProto(
+        dtype=types_pb2.DT_STRING,
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=len(blobs))]),
+        string_val=list(blobs),
+    )
+    return summary_pb2.Summary.Value(tag=tag, metadata=create_summary_metadata(content), tensor=tensor)
 
 
-def frame_summary(header: FrameHeader, values: np.ndarray) -> summary_pb2.Summary:
-    """A summary holding one frame: its header and its selected values."""
+def frame_value(header: FrameHeader, values: np.ndarray) -> summary_pb2.Summary.Value:
+    """A summary value holding one frame: its header and its selected values."""
     content = {"type": "frame", "layer": header.name, "kind": header.kind}
-    return _blob_summary(frame_tag(header.name, header.kind), content, [header.to_json(), encode_array(values)])
+    return _blob_value(frame_tag(header.name, header.kind), content, [header.to_json(), encode_array(values)])
 
 
 def json_summary(tag: str, document: Any) -> summary_pb2.Summary:
     """A summary holding one JSON document under a meta tag (architecture or plan)."""
-    return _blob_summary(tag, {"type": META_TAGS[tag]}, [json.dumps(document).encode("utf-8")])
+    return summary_pb2.Summary(value=[_blob_value(tag, {"type": META_TAGS[tag]}, [json.dumps(document).encode("utf-8")])])
 
 
 def encode_array(values: np.ndarray) -> bytes:

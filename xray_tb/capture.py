@@ -7,6 +7,7 @@ import torch
 
 from tb_plugin.metadata import BATCH_KINDS, FrameHeader
 from xray_tb.selectors import SelectionInfo, Selector, check_selection
+from xray_tb.statistics import as_float_array
 
 
 def make_frame(
@@ -28,7 +29,6 @@ def make_frame(
     batch_index = 0 if info.kind in BATCH_KINDS and full.dim() >= 3 else None
     view = full[0] if batch_index is not None else full
     indices = list(check_selection(selector.select(view, info), selector, view.shape[0] if view.dim() else 0))
-    chosen = view.index_select(0, torch.tensor(indices, dtype=torch.long, device=view.device)) if view.dim() else view
     header = FrameHeader(
         run_id=run_id,
         layer=info.layer,
@@ -43,7 +43,16 @@ def make_frame(
         selector=repr(selector),
         path=path,
     )
-    return header, chosen.to(device="cpu", dtype=torch.float32).numpy()
+    return header, _kept_values(view, indices)
+
+
+def _kept_values(view: torch.Tensor, indices: list[int]) -> np.ndarray:
+    """float32 values of ``view`` at ``indices`` along its first axis, on the host."""
+    if view.device.type == "cpu":
+        values = as_float_array(view)
+        return np.asarray(values[indices] if view.dim() else values, dtype=np.float32)
+    chosen = view.index_select(0, torch.tensor(indices, dtype=torch.long, device=view.device)) if view.dim() else view
+    return chosen.to(device="cpu", dtype=torch.float32).numpy()
 
 
 _FUNCTIONAL_ACTIVATIONS = {

@@ -22,6 +22,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
 from tensorboard.util import tensor_util
 
 from tb_plugin import metadata
+from xray_tb.checksums import use_fast_crc32c
 
 _EVENT_FILE_PREFIX = "events.out.tfevents."
 _MAX_LISTED_STEPS = 10  # an error lists every recorded step up to this many, else the nearest ones
@@ -78,6 +79,7 @@ class RecordedRun:
 
     def reload(self) -> None:
         """Read the run's event files again (to see captures written since)."""
+        use_fast_crc32c()
         contents = _Contents()
         for path in _event_files(self.logdir):
             for event in EventFileLoader(path).Load():

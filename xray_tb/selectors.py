@@ -86,16 +86,21 @@ class RandomFilters(Selector):
         self.max_filters = max_filters
         self.max_rows = max_rows
         self.seed = seed
+        self._chosen: dict[tuple[str, int, int], Selection] = {}
 
     def select(self, tensor, info):
         if tensor.dim() == 0:
             return Selection(())
-        size, limit = tensor.shape[0], _limit(tensor, self.max_filters, self.max_rows)
+        key = (info.layer, tensor.shape[0], _limit(tensor, self.max_filters, self.max_rows))
+        if key not in self._chosen:
+            self._chosen[key] = self._draw(*key)
+        return self._chosen[key]
+
+    def _draw(self, layer: str, size: int, limit: int) -> Selection:
         if size <= limit:
             return Selection(tuple(range(size)))
-        generator = torch.Generator().manual_seed(zlib.crc32(info.layer.encode("utf-8")) + self.seed)
-        chosen = torch.randperm(size, generator=generator)[:limit]
-        return Selection(tuple(sorted(int(i) for i in chosen)))
+        generator = torch.Generator().manual_seed(zlib.crc32(layer.encode("utf-8")) + self.seed)
+        return Selection(tuple(sorted(torch.randperm(size, generator=generator)[:limit].tolist())))
 
 
 class TopVariance(Selector):

@@ -8,6 +8,11 @@ from typing import Optional
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
+from xray_tb.checksums import use_fast_crc32c
+
+
+_FLUSH_SECS = 2  # how often Xray's own event file reaches the disk
+
 
 class EventSink:
     """Writes summaries into a run directory.
@@ -18,12 +23,13 @@ class EventSink:
     """
 
     def __init__(self, logdir: Optional[str] = None, writer=None):
+        use_fast_crc32c()
         if writer is not None:
             self._file = writer._get_file_writer()  # torch's FileWriter: shares the user's event file
             self._owned = False
             self.logdir = writer.log_dir
         else:
-            self._file = EventFileWriter(logdir)
+            self._file = EventFileWriter(logdir, flush_secs=_FLUSH_SECS)
             self._owned = True
             self.logdir = logdir
 
@@ -35,7 +41,14 @@ class EventSink:
         else:
             self._file.add_event(event, step=event.step, walltime=event.wall_time)
 
+    def publish(self) -> None:
+        """Make what was added reach the file soon, without waiting when Xray owns the file (its
+        writer thread flushes every few seconds); a user's writer is flushed now."""
+        if not self._owned:
+            self._file.flush()
+
     def flush(self) -> None:
+        """Write everything added so far to the file, waiting for it."""
         self._file.flush()
 
     def close(self) -> None:

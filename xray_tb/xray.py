@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 import torch
+from tensorboard.compat.proto import summary_pb2
 from torch import nn
 
 from tb_plugin import metadata
@@ -25,7 +26,7 @@ from xray_tb.reader import RecordedRun, open_run
 from xray_tb.schedules import ScheduleLike, as_schedule
 from xray_tb.selectors import RandomFilters, SelectionInfo, Selector
 from xray_tb.summary_table import summary_table
-from xray_tb.statistics import gather_statistics, statistics_tensor
+from xray_tb.statistics import frame_statistics
 from xray_tb.writer import EventSink
 
 #: Default cap on the bytes of frame values one capture writes (16 MiB).
@@ -121,6 +122,7 @@ class Xray:
         self._loss_fn = loss_fn
         args, kwargs = _example_inputs(model, example_input, input_size)
         self._model = model
+        self._modules = dict(model.named_modules())
         self.architecture: dict = trace(model, args, kwargs)
         self.run_id = uuid.uuid4().hex
         self._selector = selector if selector is not None else RandomFilters()
@@ -238,7 +240,7 @@ class Xray:
         if self._last_step is not None and step <= self._last_step:
             self._warn_once("step", f"take_graphs(step={step}) after step {self._last_step}: TensorBoard keeps one frame per step, steps should increase")
         self.last_report = self._record(sink, step)
-        sink.flush()
+        sink.publish()
         self._last_step = step
         if counted:
             self._next_step = step + 1
@@ -253,11 +255,13 @@ class Xray:
         run_probe(self._model, self._resources.recorder, inputs, target, self._loss_fn, want_grads)
 
     def _record(self, sink: EventSink, step: int) -> CaptureReport:
+        """Write one capture as a single event: every frame and its statistics."""
         report = CaptureReport(step)
         wall_time = time.time()
-        modules = dict(self._model.named_modules())
+        modules = self._modules
         self._last_frames = {}
-        statistics: list[tuple[metadata.FrameHeader, torch.Tensor]] = []
+        values_out: list[summary_pb2.Summary.Value] = []
+        measured: list[tuple[metadata.FrameHeader, torch.Tensor]] = []
         for layer, entry in self._plan.items():
             selector = entry.get("selector") or self._selector
             layer_type = type(modules[layer]).__name__
@@ -271,14 +275,16 @@ class Xray:
                     if report.bytes + values.nbytes > self._budget:
                         report.skipped.append((header.name, kind))
                         continue
-                    sink.add(metadata.frame_summary(header, values), step=step, wall_time=wall_time)
-                    statistics.append((header, statistics_tensor(tensor)))
+                    values_out.append(metadata.frame_value(header, values))
+                    measured.append((header, tensor))
                     self._last_frames[(header.name, kind)] = (header, values)
                     self._records.setdefault(header.name, {}).setdefault(kind, []).append(step)
                     report.frames += 1
                     report.bytes += values.nbytes
-        for (header, _), stats in zip(statistics, gather_statistics([tensor for _, tensor in statistics])):
-            sink.add(metadata.stats_summary(header.name, header.kind, stats), step=step, wall_time=wall_time)
+        for (header, _), stats in zip(measured, frame_statistics([tensor for _, tensor in measured])):
+            values_out.extend(metadata.stats_values(header.name, header.kind, stats))
+        if values_out:
+            sink.add(summary_pb2.Summary(value=values_out), step=step, wall_time=wall_time)
         if report.skipped:
             skipped = ", ".join(f"{name}/{kind}" for name, kind in report.skipped)
             warnings.warn(

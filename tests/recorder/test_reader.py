@@ -151,15 +151,15 @@ def write_events(path, *events: tuple[int, summary_pb2.Summary]) -> None:
 
 def frame(step: int, fill: float, layer: str = "fc", kind: str = "weight") -> summary_pb2.Summary:
     header = metadata.FrameHeader("run", layer, kind, step, float(step), [2, 3], "float32", 0, [0, 1], None, "FirstN()")
-    return metadata.frame_summary(header, np.full((2, 3), fill, dtype=np.float32))
+    return summary_pb2.Summary(value=[metadata.frame_value(header, np.full((2, 3), fill, dtype=np.float32))])
 
 
 def test_later_writes_win_across_event_files_in_name_order(tmp_path):
-    stats = metadata.stats_summary("fc", "weight", {"mean": 1.0, "max": 2.0})
+    stats = summary_pb2.Summary(value=metadata.stats_values("fc", "weight", {"mean": 1.0, "max": 2.0}))
     write_events(
         tmp_path / "events.out.tfevents.1.a", (0, frame(0, 1.0)), (1, frame(1, 1.0)), (1, frame(1, 2.0)), (1, stats)
     )
-    rewritten = metadata.stats_summary("fc", "weight", {"mean": 3.0})
+    rewritten = summary_pb2.Summary(value=metadata.stats_values("fc", "weight", {"mean": 3.0}))
     write_events(tmp_path / "events.out.tfevents.2.b", (1, frame(1, 3.0)), (1, rewritten))
     run = open_run(tmp_path)
     assert run.records() == {"fc": {"weight": [0, 1]}}
