@@ -37,6 +37,7 @@ test-fast: install
 
 bench: install
 	$(PY) bench/bench_trace.py
+	$(PY) bench/bench_overhead.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache runs

@@ -13,7 +13,8 @@ Variants, each on the digits CNN and an MLP (CPU, batch 32):
   (c) histograms SummaryWriter.add_histogram of every parameter and its grad every 100 steps
   (d) wandb      wandb.watch(log="all", log_freq=100) offline, when wandb is installed
 
-Variants run interleaved, in a new shuffled order each round, on one intra-op thread, and the median
+Each variant's loop is set up once and warmed up; then windows of steps run interleaved, in a new
+shuffled order each round, on one intra-op thread, and the median
 CPU time per step (process time: every thread of ours, the event writer's included, and nothing of
 other tenants of the machine) of each is compared. "ratio" divides medians, "paired" is the median
 of each round's ratio to that round's plain run, "min" divides the fastest runs (interference only
@@ -71,48 +72,63 @@ def full_plan(xray: Xray) -> dict:
     return plan
 
 
-def run(variant: str, make_model, data, logdir: str) -> float:
-    torch.manual_seed(0)
-    model = make_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    xray = writer = None
-    if variant in XRAY_VARIANTS:
-        schedule, everything = XRAY_VARIANTS[variant]
-        xray = Xray(model, input_size=(1, 8, 8), logdir=logdir, every=schedule)
-        if everything:
-            xray.set_plan(full_plan(xray))
-    if variant == "histograms":
-        writer = SummaryWriter(logdir)
-    if variant == "wandb":
-        import wandb
+class Loop:
+    """One variant's training loop: set up once, then timed over windows of steps, as in a long
+    training (one-time costs such as the trace or the first capture are not per-step costs)."""
 
-        wandb.init(mode="offline", dir=logdir)
-        wandb.watch(model, log="all", log_freq=EVERY)
-    gc.collect()  # setup garbage (the trace's, wandb's) is collected before the clock starts, for all variants
-    start = time.process_time()
-    for step, (x, y) in enumerate(data):
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(x), y)
+    def __init__(self, variant: str, make_model, logdir: str):
+        torch.manual_seed(0)
+        self.variant = variant
+        self.model = make_model()
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
+        self.step = 0
+        self.xray = self.writer = None
+        if variant in XRAY_VARIANTS:
+            schedule, everything = XRAY_VARIANTS[variant]
+            self.xray = Xray(self.model, input_size=(1, 8, 8), logdir=logdir, every=schedule)
+            if everything:
+                self.xray.set_plan(full_plan(self.xray))
+        if variant == "histograms":
+            self.writer = SummaryWriter(logdir)
+        if variant == "wandb":
+            import wandb
+
+            wandb.init(mode="offline", dir=logdir)
+            wandb.watch(self.model, log="all", log_freq=EVERY)
+
+    def window(self, data) -> float:
+        """CPU seconds per step over ``data``."""
+        gc.collect()  # collected before the clock starts, for every variant alike
+        start = time.process_time()
+        for x, y in data:
+            self._step(x, y)
+        return (time.process_time() - start) / len(data)
+
+    def _step(self, x, y) -> None:
+        self.optimizer.zero_grad()
+        loss = F.cross_entropy(self.model(x), y)
         loss.backward()
-        if variant in ("idle", "every", "every-all"):
-            xray.take_graphs()
-        elif variant == "manual" and step % EVERY == 0:
-            xray.take_graphs(step)
-        elif variant == "histograms" and step % EVERY == 0:
-            for name, param in model.named_parameters():
-                writer.add_histogram(name, param, step)
-                writer.add_histogram(name + "/grad", param.grad, step)
-        optimizer.step()
-    elapsed = time.process_time() - start
-    if xray is not None:
-        xray.close()
-    if writer is not None:
-        writer.close()
-    if variant == "wandb":
-        import wandb
+        due = self.step % EVERY == 0
+        if self.variant in ("idle", "every", "every-all"):
+            self.xray.take_graphs()
+        elif self.variant == "manual" and due:
+            self.xray.take_graphs(self.step)
+        elif self.variant == "histograms" and due:
+            for name, param in self.model.named_parameters():
+                self.writer.add_histogram(name, param, self.step)
+                self.writer.add_histogram(name + "/grad", param.grad, self.step)
+        self.optimizer.step()
+        self.step += 1
 
-        wandb.finish()
-    return elapsed / len(data)
+    def close(self) -> None:
+        if self.xray is not None:
+            self.xray.close()
+        if self.writer is not None:
+            self.writer.close()
+        if self.variant == "wandb":
+            import wandb
+
+            wandb.finish()
 
 
 def main() -> None:
@@ -133,10 +149,14 @@ def main() -> None:
     for model_name, make_model in (("digits CNN", LeNetDigits), ("MLP 64-256-256-10", mlp)):
         times = {variant: [] for variant in variants}
         with tempfile.TemporaryDirectory() as tmp:
-            run("plain", make_model, data[:50], tmp)  # warm-up
-            for round_index in range(args.rounds):
+            loops = {variant: Loop(variant, make_model, f"{tmp}/{variant}") for variant in variants}
+            for loop in loops.values():
+                loop.window(data[: 2 * EVERY])  # warm-up, first captures included
+            for _ in range(args.rounds):
                 for variant in order.sample(variants, len(variants)):
-                    times[variant].append(run(variant, make_model, data, f"{tmp}/{variant}{round_index}"))
+                    times[variant].append(loops[variant].window(data))
+            for loop in loops.values():
+                loop.close()
         plain = statistics.median(times["plain"])
         print(f"\n{model_name}: {args.steps} steps x {args.rounds} rounds, CPU ms/step (median) and ratio to plain")
         print(f"{'variant':<12} {'ms/step':>8} {'ratio':>7} {'paired':>7} {'min':>7}")

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 from tensorboard import errors
+
+
+_INTEGER = re.compile(r"-?[0-9]{1,19}")
 
 
 def required_str(args, name: str) -> str:
@@ -16,12 +20,11 @@ def required_str(args, name: str) -> str:
 
 
 def required_int(args, name: str) -> int:
-    """The integer parameter ``name``."""
+    """The integer parameter ``name`` (decimal digits with an optional minus sign)."""
     raw = required_str(args, name)
-    try:
-        return int(raw)
-    except ValueError:
-        raise errors.InvalidArgumentError(f"{name!r} must be an integer, got {raw!r}") from None
+    if not _INTEGER.fullmatch(raw):
+        raise errors.InvalidArgumentError(f"{name!r} must be an integer, got {raw[:40]!r}")
+    return int(raw)
 
 
 def one_of(args, name: str, choices: Iterable[str]) -> str:

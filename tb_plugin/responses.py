@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import mimetypes
 import os
 from pathlib import Path
@@ -11,6 +12,8 @@ from tensorboard import errors
 from tensorboard.backend import http_util
 from werkzeug import wrappers
 
+logger = logging.getLogger(__name__)
+
 _CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".svg": "image/svg+xml"}
 
 
@@ -18,7 +21,8 @@ def json_route(handler):
     """Wrap ``handler(plugin, request) -> body`` as a GET-only WSGI route answering JSON.
 
     A :class:`tensorboard.errors.PublicError` becomes ``{"error": message, "code": http_code}`` with
-    that HTTP code (TensorBoard's own handler would answer text/plain).
+    that HTTP code (TensorBoard's own handler would answer text/plain); any other exception (a
+    damaged record, say) is logged and answers a JSON 500.
     """
 
     @functools.wraps(handler)
@@ -30,6 +34,9 @@ def json_route(handler):
             body = handler(self, request)
         except errors.PublicError as error:
             return _error(request, error, error.http_code)
+        except Exception as error:  # noqa: BLE001 - the route must answer JSON whatever broke
+            logger.exception("xray route %s failed", request.path)
+            return _error(request, RuntimeError(f"internal error: {type(error).__name__}: {error}"), 500)
         if isinstance(body, wrappers.Response):
             return body
         return http_util.Respond(request, body, "application/json")

@@ -128,13 +128,13 @@ class XrayPlugin(base_plugin.TBPlugin):
         if tag not in tags:
             recorded = sorted({parsed[0] for t in tags if (parsed := metadata.parse_frame_tag(t))})
             if layer not in recorded:
-                raise errors.NotFoundError(f"run {run!r} has no layer {layer!r}; recorded layers: {', '.join(recorded)}")
+                raise errors.NotFoundError(f"run {run!r} has no layer {layer!r}; recorded layers: {_listing(recorded)}")
             raise errors.NotFoundError(f"layer {layer!r} of run {run!r} has no {kind!r} frames")
         data = self._read(ctx, experiment_id, run, [tag]).get(tag, [])
         datum = next((d for d in data if d.step == step), None)
         if datum is None:
             steps = sorted(d.step for d in data)
-            raise errors.NotFoundError(f"{layer!r} {kind!r} was not recorded at step {step}; recorded steps: {steps}")
+            raise errors.NotFoundError(f"{layer!r} {kind!r} was not recorded at step {step}; recorded steps: {_listing(steps)}")
         header_blob, values_blob = (self._provider.read_blob(ctx, blob_key=ref.blob_key) for ref in datum.values[:2])
         header = metadata.FrameHeader.from_json(header_blob)
         frame = metadata.decode_array(values_blob)
@@ -158,7 +158,7 @@ class XrayPlugin(base_plugin.TBPlugin):
             },
             "panels": [
                 {
-                    "index": None if single else header.indices[i] if i < len(header.indices) else i,
+                    "index": None if single else header.indices[i],
                     "rows": int(panel.shape[0]),
                     "cols": int(panel.shape[1]),
                     "data": base64.b64encode(panel.astype("<f4").tobytes()).decode("ascii"),
@@ -207,6 +207,12 @@ class XrayPlugin(base_plugin.TBPlugin):
             return None
         latest = max(data, key=lambda datum: datum.step)
         return json.loads(self._provider.read_blob(ctx, blob_key=latest.values[0].blob_key))
+
+
+def _listing(items: list, limit: int = 20) -> str:
+    """``items`` for an error message, at most ``limit`` of them."""
+    shown = ", ".join(str(item) for item in items[:limit])
+    return shown + (f", ... ({len(items)} in all)" if len(items) > limit else "")
 
 
 def _context(request) -> tuple:

@@ -1,13 +1,119 @@
-"""Turning a tensor into a stored frame: pick one sample, select filters, keep the header."""
+"""One capture: gather the planned tensors, select, and build the frames and statistics to write.
+
+Nothing here writes or keeps state: :func:`capture` returns a :class:`Capture` that the caller
+writes first and only then commits, so a failure part-way leaves no half-recorded step behind.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Optional
+
 import numpy as np
 import torch
+from torch import nn
+from tensorboard.compat.proto import summary_pb2
 
+from tb_plugin import metadata
 from tb_plugin.metadata import BATCH_KINDS, FrameHeader
+from xray_tb.activations import recompute
+from xray_tb.graph import ActivationSource, Tap
+from xray_tb.hooks import TapValue
 from xray_tb.selectors import SelectionInfo, Selector, check_selection
-from xray_tb.statistics import as_float_array
+from xray_tb.statistics import as_float_array, frame_statistics
+
+#: Why a planned kind could not be recorded, by reason key.
+MISSING_REASONS = {
+    "weight_grad": "no .grad on the weight (call take_graphs() after loss.backward())",
+    "forward": "no forward pass ran with grad enabled while Xray's hooks were armed",
+    "grad": "no gradient reached the output (call take_graphs() after loss.backward())",
+}
+
+
+@dataclasses.dataclass
+class CaptureReport:
+    """What one capture wrote: frames, bytes of values, frames skipped for the byte budget, and
+    planned kinds that could not be recorded, as ``(layer, kind, reason)``."""
+
+    step: int
+    frames: int = 0
+    bytes: int = 0
+    skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    missing: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Capture:
+    """The summary values of one capture and the frames they hold, keyed by (layer name, kind)."""
+
+    report: CaptureReport
+    values: list[summary_pb2.Summary.Value]
+    frames: dict[tuple[str, str], tuple[FrameHeader, np.ndarray]]
+
+
+@dataclasses.dataclass(frozen=True)
+class CaptureContext:
+    """Everything a capture reads: the plan, the modules, what the hooks kept, and how to store it."""
+
+    plan: dict[str, dict]
+    modules: dict[str, nn.Module]
+    kept: dict[Tap, TapValue]
+    activations: dict[str, ActivationSource]
+    selector: Selector
+    storage_dtype: type
+    budget_bytes: int
+    run_id: str
+
+
+def capture(context: CaptureContext, step: int, wall_time: float) -> Capture:
+    """Frames and statistics of every planned kind that can be recorded now."""
+    result = Capture(CaptureReport(step), [], {})
+    measured: list[tuple[FrameHeader, torch.Tensor]] = []
+    for layer, entry in context.plan.items():
+        module = context.modules[layer]
+        selector = entry.get("selector") or context.selector
+        for kind in metadata.KINDS:
+            if not entry[kind]:
+                continue
+            tensors, reason = _planned_tensors(context, layer, kind, module)
+            if reason:
+                result.report.missing.append((layer, kind, reason))
+            info = SelectionInfo(layer=layer, kind=kind, layer_type=type(module).__name__)
+            for path, tensor in tensors:
+                header, values = make_frame(tensor, info=info, selector=selector, step=step, run_id=context.run_id, wall_time=wall_time, path=path)
+                values = values.astype(context.storage_dtype, copy=False)
+                if result.report.bytes + values.nbytes > context.budget_bytes:
+                    result.report.skipped.append((header.name, kind))
+                    continue
+                result.values.append(metadata.frame_value(header, values))
+                result.frames[(header.name, kind)] = (header, values)
+                measured.append((header, tensor))
+                result.report.frames += 1
+                result.report.bytes += values.nbytes
+    for (header, _), stats in zip(measured, frame_statistics([tensor for _, tensor in measured])):
+        result.values.extend(metadata.stats_values(header.name, header.kind, stats))
+    return result
+
+
+def _planned_tensors(
+    context: CaptureContext, layer: str, kind: str, module: nn.Module
+) -> tuple[list[tuple[str, torch.Tensor]], Optional[str]]:
+    """The tensors to record for a layer's kind with their paths in the output, or why there are none."""
+    if kind in ("weight", "weight_grad"):
+        tensor = module.weight if kind == "weight" else module.weight.grad
+        if tensor is None:
+            return [], "weight_grad"
+        return [("", tensor.to_dense() if tensor.is_sparse else tensor)], None
+    source = context.activations[layer] if kind == "activation" else None
+    kept = context.kept.get(source.tap if source else Tap(layer))
+    if kept is None:
+        return [], "forward"
+    if kind == "grad":
+        return (list(kept.grads.items()), None) if kept.grads else ([], "grad")
+    if source is not None and source.op is not None:
+        path, tensor = next(iter(kept.outputs.items()))
+        return [(path, recompute(source.op, dict(source.kwargs), tensor))], None
+    return list(kept.outputs.items()), None
 
 
 def make_frame(
@@ -22,11 +128,11 @@ def make_frame(
 ) -> tuple[FrameHeader, np.ndarray]:
     """The header and float32 values of one frame.
 
-    Batch kinds (output, activation, grad) of rank 3 and more keep sample 0 of the batch; the
-    selector then chooses entries along the first remaining axis. Non-finite values are kept.
+    Batch kinds (output, activation, grad) of rank 3 and more keep sample 0 of the batch (dim 0);
+    the selector then chooses entries along the first remaining axis. Non-finite values are kept.
     """
     full = tensor.detach()
-    batch_index = 0 if info.kind in BATCH_KINDS and full.dim() >= 3 else None
+    batch_index = 0 if info.kind in BATCH_KINDS and full.dim() >= 3 and full.shape[0] > 0 else None
     view = full[0] if batch_index is not None else full
     indices = list(check_selection(selector.select(view, info), selector, view.shape[0] if view.dim() else 0))
     header = FrameHeader(
@@ -47,22 +153,9 @@ def make_frame(
 
 
 def _kept_values(view: torch.Tensor, indices: list[int]) -> np.ndarray:
-    """float32 values of ``view`` at ``indices`` along its first axis, on the host."""
+    """A float32 copy of ``view`` at ``indices`` along its first axis, on the host."""
     if view.device.type == "cpu":
         values = as_float_array(view)
-        return np.asarray(values[indices] if view.dim() else values, dtype=np.float32)
+        return np.array(values[indices] if view.dim() else values, dtype=np.float32)
     chosen = view.index_select(0, torch.tensor(indices, dtype=torch.long, device=view.device)) if view.dim() else view
     return chosen.to(device="cpu", dtype=torch.float32).numpy()
-
-
-_FUNCTIONAL_ACTIVATIONS = {
-    "sigmoid": torch.sigmoid,
-    "tanh": torch.tanh,
-}
-
-
-def recompute_activation(op: str, kwargs: dict, tensor: torch.Tensor) -> torch.Tensor:
-    """``op(tensor, **kwargs)`` for a functional activation recorded by the tracer (``"relu"``, ``"gelu"``, ...)."""
-    function = _FUNCTIONAL_ACTIVATIONS.get(op) or getattr(torch.nn.functional, op)
-    with torch.no_grad():
-        return function(tensor, **kwargs)

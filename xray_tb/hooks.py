@@ -71,10 +71,11 @@ class TapRecorder:
     sees the gradient of the output as it was before any in-place op.
     """
 
-    def __init__(self, model: nn.Module, taps: set[Tap], copy: set[Tap], grads: set[Tap]):
+    def __init__(self, model: nn.Module, modules: dict[str, nn.Module], taps: set[Tap], copy: set[Tap], grads: set[Tap]):
         self.latest: dict[Tap, TapValue] = {}
         self._model = model
-        self._taps, self._copy, self._grads = taps, copy, grads
+        self._targets = {name: (modules[name], {tap.call for tap in taps if tap.module == name}) for name in sorted({t.module for t in taps})}
+        self._copy, self._grads = copy, grads
         self._calls: dict[str, int] = {}
         self._handles: list[RemovableHandle] = []
         self._tensor_handles: list[RemovableHandle] = []
@@ -85,13 +86,11 @@ class TapRecorder:
 
     def arm(self) -> None:
         """Register the hooks (no-op when armed or when there is nothing to tap)."""
-        if self.armed or not self._taps:
+        if self.armed or not self._targets:
             return
-        modules = dict(self._model.named_modules())
         self._handles.append(self._model.register_forward_pre_hook(_Hook(self._start_forward)))
-        for name in sorted({tap.module for tap in self._taps}):
-            wanted = {tap.call for tap in self._taps if tap.module == name}
-            self._handles.append(modules[name].register_forward_hook(_Hook(self._make_hook(name, wanted))))
+        for name, (module, wanted) in self._targets.items():
+            self._handles.append(module.register_forward_hook(_Hook(self._make_hook(name, wanted))))
 
     def disarm(self) -> None:
         """Remove the module hooks; what was kept stays until :meth:`clear`."""

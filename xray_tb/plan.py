@@ -30,12 +30,12 @@ def _has_weight(module: nn.Module) -> bool:
     return isinstance(getattr(module, "weight", None), torch.Tensor)
 
 
-def draft_plan(architecture: dict) -> dict[str, dict[str, bool]]:
+def draft_plan(index: graph.Graph) -> dict[str, dict[str, bool]]:
     """An entry for every module called in the forward: conv layers record output and activation,
     linear layers their activation, everything else nothing (seed 000)."""
     plan = {}
-    for name, node in graph.layer_nodes(architecture).items():
-        has_activation = graph.activation_source(architecture, name) is not None
+    for name, node in index.layers.items():
+        has_activation = index.activation_source(name) is not None
         if node["type"] in graph.CONV_TYPES:
             plan[name] = _entry(output=True, activation=has_activation)
         elif node["type"] in graph.LINEAR_TYPES:
@@ -45,7 +45,7 @@ def draft_plan(architecture: dict) -> dict[str, dict[str, bool]]:
     return plan
 
 
-def normalize_plan(plan: PlanLike, architecture: dict, model: nn.Module) -> dict[str, dict[str, bool]]:
+def normalize_plan(plan: PlanLike, index: graph.Graph, model: nn.Module) -> dict[str, dict[str, bool]]:
     """A validated full plan (every kind present, aliases resolved) for the layers ``plan`` names.
 
     Raises:
@@ -55,7 +55,7 @@ def normalize_plan(plan: PlanLike, architecture: dict, model: nn.Module) -> dict
     """
     if isinstance(plan, str) or not isinstance(plan, (Mapping, list, tuple, set, frozenset)):
         raise TypeError(f"a plan is a dict {{layer: {{kind: bool}}}} or a list of layer names, got {type(plan).__name__}")
-    draft = draft_plan(architecture)
+    draft = draft_plan(index)
     modules = dict(model.named_modules())
     result: dict[str, dict[str, bool]] = {}
     for layer in plan:
@@ -64,7 +64,7 @@ def normalize_plan(plan: PlanLike, architecture: dict, model: nn.Module) -> dict
             entry = _parse_entry(layer, plan[layer])
         else:
             entry = dict(draft[layer]) if any(draft[layer].values()) else _entry(output=True)
-        _check_kinds(layer, entry, architecture, modules[layer])
+        _check_kinds(layer, entry, index, modules[layer])
         result[layer] = entry
     return result
 
@@ -74,9 +74,11 @@ def _check_layer(layer: object, draft: dict, modules: dict) -> None:
         raise ValueError(f"layer names are strings from model.named_modules(), got {layer!r}")
     if layer in draft:
         return
+    if layer == "":
+        if not draft:
+            raise ValueError("the model is a single layer; wrap it, e.g. Xray(nn.Sequential(model), ...), and plan layer '0'")
+        raise ValueError("the root model is not a layer; name one of its submodules")
     if layer in modules:
-        if layer == "":
-            raise ValueError("the root model is not a layer; name one of its submodules")
         children = [name for name in draft if name.startswith(layer + ".")]
         if children:
             raise ValueError(f"{layer!r} is a container; plan its layers instead, e.g. {', '.join(children[:5])}")
@@ -111,10 +113,10 @@ def plan_document(plan: dict) -> dict:
     return {layer: {k: repr(v) if k == "selector" else v for k, v in entry.items()} for layer, entry in plan.items()}
 
 
-def _check_kinds(layer: str, entry: dict[str, bool], architecture: dict, module: nn.Module) -> None:
+def _check_kinds(layer: str, entry: dict[str, bool], index: graph.Graph, module: nn.Module) -> None:
     if (entry["weight"] or entry["weight_grad"]) and not _has_weight(module):
         raise ValueError(f"layer {layer!r} ({type(module).__name__}) has no weight; turn off 'weight' and 'weight_grad' for it")
-    if entry["activation"] and graph.activation_source(architecture, layer) is None:
+    if entry["activation"] and index.activation_source(layer) is None:
         raise ValueError(
             f"no activation directly follows layer {layer!r} in the dataflow; record its 'output' instead"
         )

@@ -45,11 +45,16 @@ class EventSink:
         """Make what was added reach the file soon, without waiting when Xray owns the file (its
         writer thread flushes every few seconds); a user's writer is flushed now."""
         if not self._owned:
-            self._file.flush()
+            self.flush()
 
     def flush(self) -> None:
-        """Write everything added so far to the file, waiting for it."""
-        self._file.flush()
+        """Write everything added so far to the file, waiting for it. A user's writer that was
+        already closed is left alone (its owner flushed it when closing it)."""
+        try:
+            self._file.flush()
+        except OSError:
+            if self._owned:
+                raise
 
     def close(self) -> None:
         """Flush; close the event file if Xray opened it."""

@@ -19,12 +19,12 @@ from tb_plugin import metadata
 from xray_tb import graph, views
 from xray_tb import plan as plans
 from xray_tb.tracer import trace
-from xray_tb.capture import make_frame, recompute_activation
+from xray_tb.capture import MISSING_REASONS, CaptureContext, CaptureReport, capture
 from xray_tb.hooks import TapRecorder, _InertHook
 from xray_tb.probe import run_probe
 from xray_tb.reader import RecordedRun, open_run
 from xray_tb.schedules import ScheduleLike, as_schedule
-from xray_tb.selectors import RandomFilters, SelectionInfo, Selector
+from xray_tb.selectors import RandomFilters, Selector
 from xray_tb.summary_table import summary_table
 from xray_tb.statistics import frame_statistics
 from xray_tb.writer import EventSink
@@ -32,16 +32,6 @@ from xray_tb.writer import EventSink
 #: Default cap on the bytes of frame values one capture writes (16 MiB).
 DEFAULT_BUDGET_BYTES = 16 * 2**20
 _STORAGE_DTYPES = {"float32": np.float32, "float16": np.float16}
-
-
-@dataclasses.dataclass
-class CaptureReport:
-    """What one :meth:`Xray.take_graphs` wrote: frames, bytes of values, and frames skipped for the budget."""
-
-    step: int
-    frames: int = 0
-    bytes: int = 0
-    skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
 
 class _Resources:
@@ -122,11 +112,12 @@ class Xray:
         self._loss_fn = loss_fn
         args, kwargs = _example_inputs(model, example_input, input_size)
         self._model = model
-        self._modules = dict(model.named_modules())
         self.architecture: dict = trace(model, args, kwargs)
+        self._graph = graph.Graph(self.architecture)
         self.run_id = uuid.uuid4().hex
         self._selector = selector if selector is not None else RandomFilters()
         self._budget = budget_bytes
+        first_plan = self._prepare(self.draft_plan() if plan is None else plan)  # before anything is opened
         self._resources = _Resources(EventSink(logdir=logdir, writer=writer))
         self._logdir = self._resources.sink.logdir
         self._finalizer = weakref.finalize(self, self._resources.release)
@@ -138,11 +129,11 @@ class Xray:
         self._records: dict[str, dict[str, list[int]]] = {}
         self._last_frames: dict[tuple[str, str], tuple[metadata.FrameHeader, np.ndarray]] = {}
         self.last_report: Optional[CaptureReport] = None
-        self._warned: set[str] = set()
+        self._warned: set = set()
         if optimizer is not None:
             self._resources.step_hook = optimizer.register_step_post_hook(_OptimizerStepCounter(weakref.ref(self)))
         self._sink.add(metadata.json_summary(metadata.ARCHITECTURE_TAG, self.architecture), step=0)
-        self.set_plan(self.draft_plan() if plan is None else plan)
+        self._install(*first_plan)
 
     @property
     def _sink(self) -> EventSink:
@@ -159,7 +150,7 @@ class Xray:
 
     def draft_plan(self) -> dict[str, dict[str, bool]]:
         """A plan drafted from the layer types: conv output + activation, linear activation."""
-        return plans.draft_plan(self.architecture)
+        return plans.draft_plan(self._graph)
 
     @property
     def plan(self) -> dict[str, dict[str, bool]]:
@@ -168,29 +159,40 @@ class Xray:
 
     def set_plan(self, plan: plans.PlanLike) -> None:
         """Validate ``plan`` and record by it from now on (see :mod:`xray_tb.plan`)."""
-        sink = self._sink
-        normalized = plans.normalize_plan(plan, self.architecture, self._model)
+        self._sink  # noqa: B018 - raises if closed
+        self._install(*self._prepare(plan))
+
+    def _prepare(self, plan: plans.PlanLike) -> tuple[dict, dict, TapRecorder, dict]:
+        """The validated plan, its activation sources, an unarmed recorder for it, and the modules
+        by name as they are now."""
+        normalized = plans.normalize_plan(plan, self._graph, self._model)
         grads_planned = any(kinds["grad"] for kinds in normalized.values())
         if self._probe is not None and grads_planned and self._loss_fn is None:
             raise ValueError("the plan records 'grad' on the probe batch: give loss_fn= (called as loss_fn(output, y))")
         activations = {
-            layer: graph.activation_source(self.architecture, layer) for layer, kinds in normalized.items() if kinds["activation"]
+            layer: self._graph.activation_source(layer) for layer, kinds in normalized.items() if kinds["activation"]
         }
         taps = {graph.Tap(layer) for layer, kinds in normalized.items() if kinds["output"] or kinds["grad"]}
         taps |= {source.tap for source in activations.values()}
+        modules = dict(self._model.named_modules())
         recorder = TapRecorder(
             self._model,
+            modules,
             taps,
-            copy={tap for tap in taps if graph.overwritten_in_place(self.architecture, tap)},
+            copy={tap for tap in taps if self._graph.overwritten_in_place(tap)},
             grads={graph.Tap(layer) for layer, kinds in normalized.items() if kinds["grad"]},
         )
+        return normalized, activations, recorder, modules
+
+    def _install(self, normalized: dict, activations: dict, recorder: TapRecorder, modules: dict) -> None:
+        """Record by a prepared plan from now on, and write it to the run."""
         if self._resources.recorder is not None:
             self._resources.recorder.remove()
-        self._resources.recorder, self._plan, self._activations = recorder, normalized, activations
+        self._resources.recorder, self._plan, self._activations, self._modules = recorder, normalized, activations, modules
         self._arm_for(self._next_step)
-        sink.add(metadata.json_summary(metadata.PLAN_TAG, plans.plan_document(self._plan)), step=self._plan_version)
+        self._sink.add(metadata.json_summary(metadata.PLAN_TAG, plans.plan_document(self._plan)), step=self._plan_version)
         self._plan_version += 1
-        sink.flush()
+        self._sink.flush()
 
     # Steps ----------------------------------------------------------------------------------------
 
@@ -225,28 +227,39 @@ class Xray:
             The step recorded, or None when the schedule says the step is not due.
         """
         sink = self._sink
-        counted = self._resources.step_hook is None
-        step = self._next_step if step is None else int(step)
-        if not self.is_due(step):
-            if counted:
+        counted_by_optimizer = self._resources.step_hook is not None
+        if step is None:
+            step = self._next_step
+        elif not counted_by_optimizer:
+            step = int(step)
+            if self._schedule is not None and step != self._next_step and self._last_step is not None:
+                self._warn_once(
+                    "skipped calls",
+                    f"take_graphs(step={step}) after step {self._next_step - 1}: with every= and no optimizer=, Xray "
+                    "counts take_graphs() calls to know when to arm its hooks; call it every step (it returns None "
+                    "when the step is not due), or pass optimizer= so Xray counts optimizer steps",
+                )
+        if not self.is_due(self._next_step if counted_by_optimizer else step):
+            if not counted_by_optimizer:
                 self._next_step = step + 1
                 self._arm_for(self._next_step)
             return None
-        use_probe = self._probe is not None if probe is None else probe
-        if use_probe:
-            if self._probe is None:
-                raise ValueError("take_graphs(probe=True) needs a probe batch: Xray(..., probe=(x, y), loss_fn=...)")
-            self._run_probe()
-        if self._last_step is not None and step <= self._last_step:
-            self._warn_once("step", f"take_graphs(step={step}) after step {self._last_step}: TensorBoard keeps one frame per step, steps should increase")
-        self.last_report = self._record(sink, step)
-        sink.publish()
-        self._last_step = step
-        if counted:
-            self._next_step = step + 1
-        if self._schedule is not None:
-            self._resources.recorder.clear()  # nothing is held between scheduled captures
-        self._arm_for(self._next_step)
+        try:
+            if self._probe is not None if probe is None else probe:
+                if self._probe is None:
+                    raise ValueError("take_graphs(probe=True) needs a probe batch: Xray(..., probe=(x, y), loss_fn=...)")
+                self._run_probe()
+            if self._last_step is not None and step <= self._last_step:
+                self._warn_once("step", f"take_graphs(step={step}) after step {self._last_step}: TensorBoard keeps one frame per step, steps should increase")
+            self.last_report = self._record(sink, step)
+            sink.publish()
+            self._last_step = step
+        finally:
+            if not counted_by_optimizer:
+                self._next_step = step + 1
+            if self._schedule is not None:
+                self._resources.recorder.clear()  # nothing is held between scheduled captures
+            self._arm_for(self._next_step)
         return step
 
     def _run_probe(self) -> None:
@@ -255,68 +268,39 @@ class Xray:
         run_probe(self._model, self._resources.recorder, inputs, target, self._loss_fn, want_grads)
 
     def _record(self, sink: EventSink, step: int) -> CaptureReport:
-        """Write one capture as a single event: every frame and its statistics."""
-        report = CaptureReport(step)
+        """Write one capture as a single event, then remember what it holds."""
+        context = CaptureContext(
+            plan=self._plan,
+            modules=self._modules,
+            kept=self._resources.recorder.latest,
+            activations=self._activations,
+            selector=self._selector,
+            storage_dtype=self._storage_dtype,
+            budget_bytes=self._budget,
+            run_id=self.run_id,
+        )
         wall_time = time.time()
-        modules = self._modules
-        self._last_frames = {}
-        values_out: list[summary_pb2.Summary.Value] = []
-        measured: list[tuple[metadata.FrameHeader, torch.Tensor]] = []
-        for layer, entry in self._plan.items():
-            selector = entry.get("selector") or self._selector
-            layer_type = type(modules[layer]).__name__
-            for kind in metadata.KINDS:
-                info = SelectionInfo(layer=layer, kind=kind, layer_type=layer_type)
-                for path, tensor in self._tensors(layer, kind, modules[layer]) if entry[kind] else ():
-                    header, values = make_frame(
-                        tensor, info=info, selector=selector, step=step, run_id=self.run_id, wall_time=wall_time, path=path
-                    )
-                    values = values.astype(self._storage_dtype, copy=False)
-                    if report.bytes + values.nbytes > self._budget:
-                        report.skipped.append((header.name, kind))
-                        continue
-                    values_out.append(metadata.frame_value(header, values))
-                    measured.append((header, tensor))
-                    self._last_frames[(header.name, kind)] = (header, values)
-                    self._records.setdefault(header.name, {}).setdefault(kind, []).append(step)
-                    report.frames += 1
-                    report.bytes += values.nbytes
-        for (header, _), stats in zip(measured, frame_statistics([tensor for _, tensor in measured])):
-            values_out.extend(metadata.stats_values(header.name, header.kind, stats))
-        if values_out:
-            sink.add(summary_pb2.Summary(value=values_out), step=step, wall_time=wall_time)
+        result = capture(context, step, wall_time)
+        if result.values:
+            sink.add(summary_pb2.Summary(value=result.values), step=step, wall_time=wall_time)
+        self._last_frames = result.frames
+        for name, kind in result.frames:
+            self._records.setdefault(name, {}).setdefault(kind, []).append(step)
+        self._warn_about(result.report)
+        return result.report
+
+    def _warn_about(self, report: CaptureReport) -> None:
+        for layer, kind, reason in report.missing:
+            self._warn_once((layer, kind, reason), f"take_graphs(step={report.step}): {layer!r} {kind} was not recorded: {MISSING_REASONS[reason]}")
         if report.skipped:
             skipped = ", ".join(f"{name}/{kind}" for name, kind in report.skipped)
             warnings.warn(
-                f"capture at step {step} reached the budget of {self._budget} bytes and skipped {skipped}; "
+                f"capture at step {report.step} reached the budget of {self._budget} bytes and skipped {skipped}; "
                 "raise budget_bytes=, store dtype='float16', or keep fewer filters with the selector",
-                stacklevel=3,
+                stacklevel=4,
             )
-        return report
 
-    def _tensors(self, layer: str, kind: str, module: nn.Module) -> list[tuple[str, torch.Tensor]]:
-        """The tensors to record for a layer's kind, with their paths inside the output."""
-        if kind in ("weight", "weight_grad"):
-            tensor = module.weight if kind == "weight" else module.weight.grad
-            if tensor is None:
-                self._warn_once("weight_grad", "take_graphs() found no .grad on the weights (call it after loss.backward()); weight_grad was not recorded")
-                return []
-            return [("", tensor)]
-        source = self._activations[layer] if kind == "activation" else None
-        kept = self._resources.recorder.latest.get(source.tap if source else graph.Tap(layer))
-        if kept is None:
-            self._warn_once("forward", "take_graphs() found no forward pass run with grad enabled since the plan was set; outputs were not recorded")
-            return []
-        if kind == "grad":
-            if not kept.grads:
-                self._warn_once("grad", "take_graphs() found no output gradients (call it after loss.backward()); grad was not recorded")
-            return list(kept.grads.items())
-        if source is not None and source.op is not None:
-            path, tensor = next(iter(kept.outputs.items()))
-            return [(path, recompute_activation(source.op, dict(source.kwargs), tensor))]
-        return list(kept.outputs.items())
-
-    def _warn_once(self, key: str, message: str) -> None:
+    def _warn_once(self, key: object, message: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
             warnings.warn(message, stacklevel=4)

@@ -143,10 +143,13 @@ def test_frame_conv_output_has_one_panel_per_filter(client):
         ("/architecture", {"run": "nope"}, 404, "no Xray data for run 'nope'"),
         ("/frame", {"run": "run_a", "layer": "0", "kind": "output"}, 400, "missing required parameter 'step'"),
         ("/frame", {"run": "run_a", "layer": "0", "kind": "output", "step": "ten"}, 400, "'step' must be an integer, got 'ten'"),
+        ("/frame", {"run": "run_a", "layer": "0", "kind": "output", "step": "1_0"}, 400, "'step' must be an integer, got '1_0'"),
+        ("/frame", {"run": "run_a", "layer": "0", "kind": "output", "step": " 10"}, 400, "'step' must be an integer"),
         ("/frame", {"run": "run_a", "layer": "0", "kind": "outputs", "step": "0"}, 400, "'kind' must be one of weight, weight_grad"),
         ("/frame", {"run": "run_a", "layer": "9", "kind": "output", "step": "0"}, 404, "no layer '9'; recorded layers: 0, 3"),
         ("/frame", {"run": "run_a", "layer": "3", "kind": "grad", "step": "0"}, 404, "layer '3' of run 'run_a' has no 'grad' frames"),
-        ("/frame", {"run": "run_a", "layer": "0", "kind": "output", "step": "5"}, 404, "not recorded at step 5"),
+        ("/frame", {"run": "run_a", "layer": "0", "kind": "output", "step": "5"}, 404, "not recorded at step 5; recorded steps: 0, 10, 20"),
+        ("/frame", {"run": "run_a", "layer": "0", "kind": "output", "step": "5"}, 404, "180, 190, ... (50 in all)"),
         ("/frame", {"run": "nope", "layer": "0", "kind": "output", "step": "0"}, 404, "no Xray data for run 'nope'"),
     ],
 )
@@ -166,3 +169,19 @@ def test_static_files_and_traversal(client):
     assert b"export" in response.get_data() and b"render" in response.get_data()
     for hostile in ["../xray_plugin.py", "..%2fxray_plugin.py", "%2e%2e/metadata.py", "/etc/passwd", "static/../../README.md", "nope.js"]:
         assert client.get(PREFIX + "/static/" + hostile).status_code == 404, hostile
+
+
+def test_a_damaged_record_answers_a_json_500(tmp_path):
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    from tb_plugin import metadata
+
+    header = metadata.FrameHeader("r", "fc", "weight", 0, 0.0, [2], "float32", 0, [0, 1], None, "KeepAll()")
+    value = metadata.frame_value(header, np.zeros(2, np.float32))
+    value.tensor.string_val[1] = b"not an npy array"
+    writer = EventFileWriter(str(tmp_path / "broken"))
+    writer.add_event(event_pb2.Event(step=0, wall_time=1.0, summary=summary_pb2.Summary(value=[value])))
+    writer.close()
+    status, body = get(serve(tmp_path), "/frame", run="broken", layer="fc", kind="weight", step=0)
+    assert status == 500 and body["code"] == 500 and body["error"].startswith("internal error: ValueError")

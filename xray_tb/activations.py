@@ -1,0 +1,44 @@
+"""Which modules and functional ops are activations, and recomputing a functional one."""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+ACTIVATION_MODULES = frozenset(
+    "ReLU ReLU6 LeakyReLU PReLU RReLU ELU SELU CELU GELU SiLU Mish Sigmoid LogSigmoid Tanh Hardtanh "
+    "Hardswish Hardsigmoid Softplus Softsign Softmax LogSoftmax Threshold".split()
+)
+
+#: Functional activations Xray recomputes from the traced op, with the arguments that matter.
+#: Ops with tensor arguments (``prelu``) or randomness (``rrelu``) are left out: they cannot be
+#: recomputed exactly, so they are not taken as a layer's activation.
+FUNCTIONAL_ACTIVATIONS: dict[str, tuple] = {
+    "relu": (F.relu, ()),
+    "relu6": (F.relu6, ()),
+    "leaky_relu": (F.leaky_relu, ("negative_slope",)),
+    "elu": (F.elu, ("alpha",)),
+    "selu": (F.selu, ()),
+    "celu": (F.celu, ("alpha",)),
+    "gelu": (F.gelu, ("approximate",)),
+    "silu": (F.silu, ()),
+    "mish": (F.mish, ()),
+    "sigmoid": (torch.sigmoid, ()),
+    "logsigmoid": (F.logsigmoid, ()),
+    "tanh": (torch.tanh, ()),
+    "hardtanh": (F.hardtanh, ("min_val", "max_val")),
+    "hardswish": (F.hardswish, ()),
+    "hardsigmoid": (F.hardsigmoid, ()),
+    "softplus": (F.softplus, ("beta", "threshold")),
+    "softsign": (F.softsign, ()),
+    "softmax": (F.softmax, ("dim",)),
+    "log_softmax": (F.log_softmax, ("dim",)),
+    "threshold": (F.threshold, ("threshold", "value")),
+}
+
+
+def recompute(op: str, kwargs: dict, tensor: torch.Tensor) -> torch.Tensor:
+    """``op(tensor)`` with the traced arguments that matter (see :data:`FUNCTIONAL_ACTIVATIONS`)."""
+    function, names = FUNCTIONAL_ACTIVATIONS[op]
+    with torch.no_grad():
+        return function(tensor, **{name: kwargs[name] for name in names if name in kwargs})
