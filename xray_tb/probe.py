@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from xray_tb.hooks import TapRecorder
-from xray_tb.state import ModelState
+from xray_tb.state import preserved
 
 
 def run_probe(
@@ -19,19 +19,19 @@ def run_probe(
 
     Buffers, train/eval modes and RNG state are restored afterwards, exactly.
     """
-    state = ModelState.capture(model)
     was_armed = recorder.armed
     recorder.arm()
     try:
-        model.eval()
-        with torch.enable_grad():
+        with preserved(model), torch.enable_grad():
+            model.eval()
             output = model(*inputs)
             if want_grads:
                 loss = loss_fn(output, target) if target is not None else loss_fn(output)
+                # Gradients with respect to the parameters reach every layer, so the recorder's
+                # output-gradient hooks fire; autograd.grad returns them instead of filling .grad.
                 params = [p for p in model.parameters() if p.requires_grad]
                 if params:
                     torch.autograd.grad(loss, params, allow_unused=True)
     finally:
         if not was_armed:
             recorder.disarm()
-        state.restore(model)

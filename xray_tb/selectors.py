@@ -8,6 +8,7 @@ indices to keep along that axis. Subclass :class:`Selector` and implement :meth:
 from __future__ import annotations
 
 import dataclasses
+import operator
 import zlib
 from typing import Sequence
 
@@ -129,7 +130,12 @@ def check_selection(selection: object, selector: Selector, size: int) -> Sequenc
     name = type(selector).__name__
     if not isinstance(selection, Selection):
         raise ValueError(f"{name}.select must return a Selection, got {type(selection).__name__}")
-    bad = [i for i in selection.indices if not isinstance(i, int) or not 0 <= i < size]
+    indices = []
+    for index in selection.indices:
+        if isinstance(index, bool) or not hasattr(index, "__index__"):
+            raise ValueError(f"{name}.select returned {index!r} among its indices; indices are whole numbers")
+        indices.append(operator.index(index))
+    bad = [i for i in indices if not 0 <= i < size]
     if bad:
         raise ValueError(f"{name}.select returned indices {bad[:5]} outside the first axis of size {size}")
-    return selection.indices
+    return indices

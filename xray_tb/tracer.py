@@ -90,9 +90,10 @@ What becomes a node
 
 Side effects: none. The forward runs in the model's current train/eval mode, with grad
 enabled (the model's own ``torch.no_grad()`` sections still apply: their nodes are recorded but
-have no ``grad_fn``). No ``backward`` is run, so every ``.grad`` is untouched. Parameters and
-buffers (values and identity, e.g. BatchNorm running stats and ``num_batches_tracked`` in
-train mode), the CPU and CUDA RNG states and every module's ``training`` flag are restored.
+have no ``grad_fn``). No ``backward`` is run, so every ``.grad`` is untouched. Buffers (values
+and identity, e.g. BatchNorm running stats and ``num_batches_tracked`` in train mode), the
+identity of parameters (a forward that writes into one in place gets a warning: see
+:func:`xray_tb.state.preserved`), the CPU and CUDA RNG states and every module's ``training`` flag are restored.
 All hooks are removed even if the forward raises.
 
 Limits: tensors are followed by object identity, so an in-place write through a view (or a
@@ -103,7 +104,7 @@ TorchScript modules, ``torch.compile``d modules and ops in C++ extensions that b
 own: the ops of its ``forward`` are the nodes, and its backward node (``MyFnBackward``) is
 attributed to the node that produced its output tensor; lazy modules are materialised by the
 forward. The
-trace holds every produced tensor and one copy of the parameters and buffers until it returns.
+trace holds every produced tensor and one copy of the buffers (not the parameters) until it returns.
 """
 
 from __future__ import annotations
@@ -119,6 +120,8 @@ from typing import Any
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode, get_testing_overrides
+
+from xray_tb.state import preserved
 
 ATOMIC_TYPES: tuple[type[nn.Module], ...] = (nn.MultiheadAttention, nn.RNNBase)
 """Modules with children that are traced as one leaf node."""
@@ -151,7 +154,7 @@ _ROOT, _CONTAINER, _LEAF, _INNER = "root", "container", "leaf", "inner"
 def trace(model: nn.Module, args: tuple, kwargs: dict | None = None) -> dict:
     """Trace one forward ``model(*args, **kwargs)`` into the architecture schema (module doc)."""
     recorder = _Recorder(model)
-    with _preserved_state(model), _hooks(model, recorder), torch.enable_grad():
+    with preserved(model), _hooks(model, recorder), torch.enable_grad():
         recorder.add_inputs(_tensors((args, kwargs or {})))
         with _RecordingMode(recorder):
             output = model(*args, **(kwargs or {}))
@@ -544,33 +547,3 @@ def _hooks(model: nn.Module, recorder: _Recorder) -> Iterator[None]:
             handle.remove()
 
 
-@contextmanager
-def _preserved_state(model: nn.Module) -> Iterator[None]:
-    """Restore parameters, buffers, training flags and RNG states of ``model`` on exit."""
-    tensors = [
-        (module, name, tensor, tensor.detach().clone())
-        for module in model.modules()
-        for name, tensor in (*module.named_parameters(recurse=False), *module.named_buffers(recurse=False))
-    ]
-    training = [(module, module.training) for module in model.modules()]
-    cpu_rng = torch.get_rng_state()
-    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    try:
-        yield
-    finally:
-        _restore_tensors(tensors)
-        for module, mode in training:
-            module.training = mode
-        torch.set_rng_state(cpu_rng)
-        if cuda_rng is not None:
-            torch.cuda.set_rng_state_all(cuda_rng)
-
-
-def _restore_tensors(saved: list[tuple[nn.Module, str, torch.Tensor, torch.Tensor]]) -> None:
-    """Put back each (module, attribute, original tensor, copy): identity first, then values."""
-    with torch.no_grad():
-        for module, name, tensor, copy in saved:
-            if getattr(module, name, None) is not tensor:
-                setattr(module, name, tensor)
-            if not torch.equal(tensor, copy):
-                tensor.copy_(copy)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import operator
 import dataclasses
 import time
 import uuid
@@ -103,7 +104,7 @@ class Xray:
         if logdir is None and writer is None:
             raise ValueError("give logdir='runs/<name>' or writer=SummaryWriter(...) so Xray knows where to write")
         self._storage_dtype = _storage_dtype(dtype)
-        if not isinstance(budget_bytes, int) or budget_bytes <= 0:
+        if isinstance(budget_bytes, bool) or not hasattr(budget_bytes, "__index__") or operator.index(budget_bytes) <= 0:
             raise ValueError(f"budget_bytes must be a positive number of bytes, got {budget_bytes!r}")
         self._schedule = as_schedule(every)
         if optimizer is not None and self._schedule is None:
@@ -116,7 +117,7 @@ class Xray:
         self._graph = graph.Graph(self.architecture)
         self.run_id = uuid.uuid4().hex
         self._selector = selector if selector is not None else RandomFilters()
-        self._budget = budget_bytes
+        self._budget = operator.index(budget_bytes)
         first_plan = self._prepare(self.draft_plan() if plan is None else plan)  # before anything is opened
         self._resources = _Resources(EventSink(logdir=logdir, writer=writer))
         self._logdir = self._resources.sink.logdir
@@ -402,9 +403,9 @@ def _example_inputs(model: nn.Module, example_input: Any, input_size: Optional[S
             shape = tuple(int(d) for d in input_size)
         except (TypeError, ValueError):
             raise ValueError(f"input_size is one sample's shape without the batch, e.g. (1, 28, 28); got {input_size!r}") from None
-        reference = next(model.parameters(), None)
+        reference = next((p for p in model.parameters() if p.is_floating_point()), None)
         batch = torch.randn(2, *shape, generator=torch.Generator().manual_seed(0))  # leaves the global RNG alone
-        return (batch.to(reference.device) if reference is not None else batch,), {}
+        return (batch.to(reference.device, reference.dtype) if reference is not None else batch,), {}
     if isinstance(example_input, dict):
         return (), dict(example_input)
     if isinstance(example_input, tuple):

@@ -143,3 +143,9 @@ def test_closing_the_users_writer_first_is_fine(model, tmp_path):
     xray.close()
     frames, _ = read_xray_events(str(tmp_path))
     assert ("conv", "output", 0) in frames
+
+
+def test_input_size_follows_the_models_dtype(tmp_path):
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)).double()
+    with Xray(model, input_size=(3,), logdir=str(tmp_path)) as xray:
+        assert xray.architecture["nodes"][0]["out_shapes"] == [[2, 3]]

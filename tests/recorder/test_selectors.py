@@ -98,3 +98,24 @@ def test_tuple_outputs_are_recorded_with_their_paths(tmp_path):
     assert header.layer == "lstm" and header.path == "[0]" and header.original_shape == [3, 5, 6]
     torch.testing.assert_close(torch.from_numpy(values), model.lstm(x)[0][0].detach())
     assert ("lstm[0]", "grad", 0) in frames  # h and c get no gradient from this loss (only out does)
+
+
+class NumpyIndices(Selector):
+    def select(self, tensor, info):
+        import numpy as np
+
+        return Selection(tuple(np.arange(2)))
+
+
+class BoolIndices(Selector):
+    def select(self, tensor, info):
+        return Selection((True, False))
+
+
+def test_numpy_indices_are_whole_numbers_and_bools_are_not(tmp_path):
+    with Xray(tiny(), input_size=(1, 6, 6), logdir=str(tmp_path), plan={"0": {"weight": True}}, selector=NumpyIndices()) as xray:
+        xray.take_graphs(0)
+        assert xray.load("0", "weight", 0)[1].indices == [0, 1]
+    with Xray(tiny(), input_size=(1, 6, 6), logdir=str(tmp_path / "b"), plan={"0": {"weight": True}}, selector=BoolIndices()) as xray:
+        with pytest.raises(ValueError, match="BoolIndices.select returned True among its indices"):
+            xray.take_graphs(0)
