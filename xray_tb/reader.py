@@ -75,16 +75,16 @@ class RecordedRun:
     def __init__(self, logdir: str | os.PathLike):
         self.logdir = os.fspath(logdir)
         self._contents = _Contents()
+        self._loaders: dict[str, EventFileLoader] = {}
         self.reload()
 
     def reload(self) -> None:
-        """Read the run's event files again (to see captures written since)."""
+        """Read what was written to the run's event files since the last read (new files too)."""
         use_fast_crc32c()
-        contents = _Contents()
         for path in _event_files(self.logdir):
-            for event in EventFileLoader(path).Load():
-                _add_event(contents, event)
-        self._contents = contents
+            loader = self._loaders.setdefault(path, EventFileLoader(path))
+            for event in loader.Load():
+                _add_event(self._contents, event)
         self._layer_key = metadata.layer_sort_key(self.architecture)
 
     def __repr__(self) -> str:

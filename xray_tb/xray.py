@@ -130,6 +130,7 @@ class Xray:
         self._records: dict[str, dict[str, list[int]]] = {}
         self._last_frames: dict[tuple[str, str], tuple[metadata.FrameHeader, np.ndarray]] = {}
         self.last_report: Optional[CaptureReport] = None
+        self._run: Optional[RecordedRun] = None
         self._warned: set = set()
         if optimizer is not None:
             self._resources.step_hook = optimizer.register_step_post_hook(_OptimizerStepCounter(weakref.ref(self)))
@@ -322,9 +323,14 @@ class Xray:
         return self._written_run().load(layer, kind, step)
 
     def _written_run(self) -> RecordedRun:
+        """The run as written so far, read incrementally from the event files."""
         if self._resources.sink is not None:
             self._resources.sink.flush()
-        return open_run(self._logdir)
+        if self._run is None:
+            self._run = open_run(self._logdir)
+        else:
+            self._run.reload()
+        return self._run
 
     def show_last_graphs(self, save: Optional[str] = None):
         """Draw the last capture with matplotlib: one row per layer, one panel per kind.

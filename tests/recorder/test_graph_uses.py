@@ -134,3 +134,19 @@ def test_show_last_graphs_before_any_capture(tmp_path):
     with Xray(models.LeNetDigits(), input_size=(1, 8, 8), logdir=str(tmp_path)) as xray:
         with pytest.raises(RuntimeError, match="nothing captured yet"):
             xray.show_last_graphs()
+
+
+def test_load_reads_new_captures_incrementally(tmp_path):
+    torch.manual_seed(0)
+    model, x = models.LeNetDigits(), torch.randn(4, 1, 8, 8)
+    with Xray(model, x, logdir=str(tmp_path), plan={"fc1": {"weight": True}}) as xray:
+        weights = {}
+        for step in range(4):
+            xray.take_graphs(step)
+            weights[step] = model.fc1.weight.detach().clone()
+            with torch.no_grad():
+                model.fc1.weight.mul_(1.5)
+            if step == 1:
+                xray.load("fc1", "weight", 0)  # reads the event file once
+        values, header = xray.load("fc1", "weight", 2)  # written after that read
+    torch.testing.assert_close(values, weights[2][header.indices])
