@@ -79,7 +79,7 @@ def main(argv=None) -> None:
     xray.set_plan(plan)
 
     step = 0
-    for epoch in range(args.epochs):
+    for _epoch in range(args.epochs):
         for images, labels in loader:
             optimizer.zero_grad()
             loss = loss_fn(model(images), labels)

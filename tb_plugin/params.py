@@ -7,7 +7,6 @@ from typing import Iterable
 
 from tensorboard import errors
 
-
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
 
 

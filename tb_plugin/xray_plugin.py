@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-import numpy as np
 from tensorboard import errors, plugin_util
 from tensorboard.data import provider
 from tensorboard.plugins import base_plugin

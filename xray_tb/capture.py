@@ -11,8 +11,8 @@ from typing import Optional
 
 import numpy as np
 import torch
-from torch import nn
 from tensorboard.compat.proto import summary_pb2
+from torch import nn
 
 from tb_plugin import metadata
 from tb_plugin.metadata import BATCH_KINDS, FrameHeader

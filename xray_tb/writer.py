@@ -10,7 +10,6 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from xray_tb.checksums import use_fast_crc32c
 
-
 _FLUSH_SECS = 2  # how often Xray's own event file reaches the disk
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import operator
-import dataclasses
 import time
 import uuid
 import warnings
@@ -19,7 +18,6 @@ from torch import nn
 from tb_plugin import metadata
 from xray_tb import graph, views
 from xray_tb import plan as plans
-from xray_tb.tracer import trace
 from xray_tb.capture import MISSING_REASONS, CaptureContext, CaptureReport, capture
 from xray_tb.hooks import TapRecorder, _InertHook
 from xray_tb.probe import run_probe
@@ -27,7 +25,7 @@ from xray_tb.reader import RecordedRun, open_run
 from xray_tb.schedules import ScheduleLike, as_schedule
 from xray_tb.selectors import RandomFilters, Selector
 from xray_tb.summary_table import summary_table
-from xray_tb.statistics import frame_statistics
+from xray_tb.tracer import trace
 from xray_tb.writer import EventSink
 
 #: Default cap on the bytes of frame values one capture writes (16 MiB).
