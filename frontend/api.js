@@ -17,7 +17,7 @@ export const KINDS = /** @type {const} */ (['weight', 'weight_grad', 'output', '
  * @typedef {Object} LayersResponse
  * @property {string} run
  * @property {LayerInfo[]} layers
- * @property {number[]} steps
+ * @property {number[]} steps  Union of every layer's steps (the page scrubs each layer's own steps).
  */
 
 /**

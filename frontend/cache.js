@@ -1,17 +1,35 @@
-// A small least-recently-used cache of frame promises, keyed by (run, layer, kind, step), so that
-// scrubbing back over steps does not fetch again and concurrent requests for one frame share a fetch.
+// A least-recently-used cache of frame promises, keyed by (run, layer, kind, step), so that scrubbing
+// back over steps does not fetch again and concurrent requests for one frame share a fetch. It is
+// bounded by the bytes of the values that arrived (decoded panels), not by their number, and can
+// drop everything of one run when that run was rewritten.
+
+/** Default budget: 64 MiB of decoded panel data. */
+export const DEFAULT_MAX_BYTES = 64 * 1024 * 1024;
+
+/**
+ * @template T
+ * @typedef {Object} Entry
+ * @property {string} run
+ * @property {Promise<T>} promise
+ * @property {boolean} done   The value arrived (it then counts `bytes`).
+ * @property {T} [value]
+ * @property {number} bytes
+ */
 
 /**
  * @template T
  */
 export class FrameCache {
-  /** @param {number} [capacity] */
-  constructor(capacity = 300) {
-    this.capacity = capacity;
-    /** @type {Map<string, Promise<T>>} */
+  /**
+   * @param {number} [maxBytes]  Budget for the values that arrived; the newest value is always kept.
+   * @param {(value: T) => number} [sizeOf]  Bytes a value holds.
+   */
+  constructor(maxBytes = DEFAULT_MAX_BYTES, sizeOf = () => 0) {
+    this.maxBytes = maxBytes;
+    this.sizeOf = sizeOf;
+    /** In least- to most-recently used order. @type {Map<string, Entry<T>>} */
     this.entries = new Map();
-    /** @type {Map<string, T>} */
-    this.resolved = new Map();
+    this.bytes = 0;
   }
 
   /**
@@ -25,13 +43,21 @@ export class FrameCache {
     return JSON.stringify([run, layer, kind, step]);
   }
 
+  /** @returns {number} Entries held (arrived or in flight). */
+  get size() {
+    return this.entries.size;
+  }
+
   /**
-   * The value if it has already arrived (no fetch), else undefined.
+   * The value if it has already arrived (no fetch; marks it recently used), else undefined.
    * @param {string} key
    * @returns {T|undefined}
    */
   peek(key) {
-    return this.resolved.get(key);
+    const entry = this.entries.get(key);
+    if (!entry || !entry.done) return undefined;
+    this.touch(key, entry);
+    return entry.value;
   }
 
   /**
@@ -41,28 +67,77 @@ export class FrameCache {
    * @returns {Promise<T>}
    */
   get(key, load) {
-    let promise = this.entries.get(key);
-    if (promise) {
-      this.entries.delete(key);
-      this.entries.set(key, promise);
-      return promise;
+    const cached = this.entries.get(key);
+    if (cached) {
+      this.touch(key, cached);
+      return cached.promise;
     }
-    promise = load().then(
+    const run = JSON.parse(key)[0];
+    /** @type {Entry<T>} */
+    const entry = { run, promise: /** @type {Promise<T>} */ (/** @type {unknown} */ (null)), done: false, bytes: 0 };
+    entry.promise = load().then(
       (value) => {
-        if (this.entries.get(key) === promise) this.resolved.set(key, value);
+        if (this.entries.get(key) === entry) {
+          entry.done = true;
+          entry.value = value;
+          entry.bytes = Math.max(0, this.sizeOf(value) || 0);
+          this.bytes += entry.bytes;
+          this.touch(key, entry);
+          this.evict();
+        }
         return value;
       },
       (error) => {
-        if (this.entries.get(key) === promise) this.entries.delete(key);
+        if (this.entries.get(key) === entry) this.entries.delete(key);
         throw error;
       },
     );
-    this.entries.set(key, promise);
-    while (this.entries.size > this.capacity) {
-      const oldest = this.entries.keys().next().value;
-      this.entries.delete(oldest);
-      this.resolved.delete(oldest);
+    this.entries.set(key, entry);
+    return entry.promise;
+  }
+
+  /**
+   * Forgets every frame of `run` (in-flight fetches included: their answers are not stored).
+   * @param {string} run
+   * @param {string} [except]  A key to keep.
+   */
+  clearRun(run, except) {
+    for (const [key, entry] of [...this.entries]) {
+      if (entry.run === run && key !== except) this.remove(key, entry);
     }
-    return promise;
+  }
+
+  clear() {
+    this.entries.clear();
+    this.bytes = 0;
+  }
+
+  /**
+   * @param {string} key
+   * @param {Entry<T>} entry
+   */
+  touch(key, entry) {
+    this.entries.delete(key);
+    this.entries.set(key, entry);
+  }
+
+  /**
+   * @param {string} key
+   * @param {Entry<T>} entry
+   */
+  remove(key, entry) {
+    this.entries.delete(key);
+    this.bytes -= entry.bytes;
+  }
+
+  /** Drops the least recently used values until the budget holds, keeping the newest one. */
+  evict() {
+    if (this.bytes <= this.maxBytes) return;
+    let newest = null;
+    for (const [key, entry] of this.entries) if (entry.done) newest = key;
+    for (const [key, entry] of [...this.entries]) {
+      if (this.bytes <= this.maxBytes) break;
+      if (entry.done && key !== newest) this.remove(key, entry);
+    }
   }
 }

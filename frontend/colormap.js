@@ -128,19 +128,6 @@ export function unitOf(scale, v) {
 }
 
 /**
- * Colour of one value (non-finite values get NAN_COLOR or INF_COLOR).
- * @param {Scale} scale
- * @param {number} v
- * @returns {RGB}
- */
-export function colorOf(scale, v) {
-  if (Number.isNaN(v)) return NAN_COLOR;
-  if (!Number.isFinite(v)) return INF_COLOR;
-  const i = Math.round(unitOf(scale, v) * LAST);
-  return [scale.lut[3 * i], scale.lut[3 * i + 1], scale.lut[3 * i + 2]];
-}
-
-/**
  * Writes the colours of `values` into an RGBA buffer (4 bytes per value, alpha 255).
  * @param {Float32Array|number[]} values
  * @param {Scale} scale

@@ -121,6 +121,15 @@ export class LayerList {
     return button;
   }
 
+  /**
+   * Marks the list as out of date while another run's layers load (its buttons then do nothing).
+   * @param {boolean} busy
+   */
+  setBusy(busy) {
+    this.element.classList.toggle('xray-busy', busy);
+    this.list.setAttribute('aria-busy', String(busy));
+  }
+
   /** @param {string|null} name */
   setSelected(name) {
     this.selected = name;

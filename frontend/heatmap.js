@@ -1,5 +1,6 @@
 // Decodes a frame's panels and draws them as a grid of heatmaps on one canvas, each panel scaled up
-// with nearest-neighbour sampling so that small (5×5, 8×8) panels stay visible.
+// with nearest-neighbour sampling so that small (5×5, 8×8) panels stay visible, and panels larger
+// than the page (an LM head output [64, 50257]) pooled down so that the canvas stays drawable.
 
 import { fillRgba } from './colormap.js';
 
@@ -24,6 +25,12 @@ import { fillRgba } from './colormap.js';
  */
 
 /**
+ * A panel as drawn: a decoded panel, or one pooled down by `ky` rows × `kx` columns from a source
+ * panel of `srcRows` × `srcCols` (max-abs pooling; see poolPanel).
+ * @typedef {Panel & {ky: number, kx: number, srcRows: number, srcCols: number}} ShownPanel
+ */
+
+/**
  * Where the panels landed on the canvas, in CSS pixels.
  * @typedef {Object} Layout
  * @property {number} width
@@ -34,14 +41,29 @@ import { fillRgba } from './colormap.js';
  * @property {{panel: Panel, x: number, y: number}[]} cells  Top-left of each panel's image.
  */
 
+/**
+ * Panels ready to lay out: pooled by `ky` × `kx` when the largest one would not fit.
+ * @typedef {Object} Shown
+ * @property {ShownPanel[]} panels
+ * @property {number} ky  Source rows per shown row.
+ * @property {number} kx  Source columns per shown column.
+ */
+
 /** Smallest side of a drawn panel, in CSS pixels, when the cap below allows it. */
 export const MIN_PANEL_SIDE = 48;
 /** Larger sides tried, largest first, when the panels still fit in as few rows (or two). */
 const PREFERRED_SIDES = [128, 112, 96, 80, 64];
-/** Largest side a panel is scaled up to (a panel larger than this is drawn 1:1). */
+/** Largest side a panel is scaled up to (a larger one is drawn 1:1, or pooled: see shownPanels). */
 const MAX_PANEL_SIDE = 480;
 /** A very thin panel (a vector) is stretched across its short side to at least this. */
 const MIN_THIN_SIDE = 28;
+/** Longest side, in CSS pixels, a panel is shown at before it is pooled (whatever the page width). */
+export const MAX_SHOWN_SIDE = 4096;
+/** Tallest a panel is shown before it is pooled, unless the page is wider. */
+const MIN_ROW_CAP = 512;
+/** Chromium's limits for a canvas backing store: per side and in area. */
+const MAX_CANVAS_SIDE = 32767;
+const MAX_CANVAS_AREA = 268435456;
 const GAP = 8;
 const LABEL_HEIGHT = 15;
 const FONT = '11px Roboto, "Helvetica Neue", Arial, sans-serif';
@@ -82,6 +104,69 @@ export function decodePanels(rawPanels) {
     }
     return { index: p.index, rows: p.rows, cols: p.cols, values };
   });
+}
+
+/**
+ * Pools a panel by blocks of `ky` rows × `kx` columns, keeping in each block the value of largest
+ * magnitude with its sign (so that outliers stay visible); a block with a NaN shows NaN, and ±Inf
+ * wins over finite values. The last block of a row or column may be smaller.
+ * @param {Panel} panel
+ * @param {number} ky
+ * @param {number} kx
+ * @returns {ShownPanel}
+ */
+export function poolPanel(panel, ky, kx) {
+  const { rows, cols, values } = panel;
+  if (ky <= 1 && kx <= 1) {
+    return { ...panel, ky: 1, kx: 1, srcRows: rows, srcCols: cols };
+  }
+  const outRows = Math.ceil(rows / ky);
+  const outCols = Math.ceil(cols / kx);
+  const out = new Float32Array(outRows * outCols);
+  const best = new Float64Array(outCols); // |value| kept per shown column of the row; -1: none yet
+  for (let orow = 0; orow < outRows; orow++) {
+    const base = orow * outCols;
+    best.fill(-1);
+    const r1 = Math.min(rows, (orow + 1) * ky);
+    for (let r = orow * ky; r < r1; r++) {
+      const offset = r * cols;
+      for (let c = 0, ocol = 0, next = kx; c < cols; c++) {
+        if (c === next) {
+          ocol++;
+          next += kx;
+        }
+        const v = values[offset + c];
+        if (v !== v) {
+          best[ocol] = NaN; // no later comparison with NaN succeeds: the block stays NaN
+          out[base + ocol] = NaN;
+          continue;
+        }
+        const a = v < 0 ? -v : v;
+        if (a > best[ocol]) {
+          best[ocol] = a;
+          out[base + ocol] = v;
+        }
+      }
+    }
+  }
+  return { index: panel.index, rows: outRows, cols: outCols, values: out, ky, kx, srcRows: rows, srcCols: cols };
+}
+
+/**
+ * Pools `panels` (all by the same factors) so that the largest fits `availableWidth` across and
+ * max(availableWidth, MIN_ROW_CAP) down, both at most MAX_SHOWN_SIDE.
+ * @param {Panel[]} panels
+ * @param {number} availableWidth  CSS pixels.
+ * @returns {Shown}
+ */
+export function shownPanels(panels, availableWidth) {
+  const maxRows = Math.max(1, ...panels.map((p) => p.rows));
+  const maxCols = Math.max(1, ...panels.map((p) => p.cols));
+  const colCap = Math.max(16, Math.min(MAX_SHOWN_SIDE, Math.floor(availableWidth)));
+  const rowCap = Math.min(MAX_SHOWN_SIDE, Math.max(colCap, MIN_ROW_CAP));
+  const kx = Math.max(1, Math.ceil(maxCols / colCap));
+  const ky = Math.max(1, Math.ceil(maxRows / rowCap));
+  return { panels: panels.map((p) => poolPanel(p, ky, kx)), ky, kx };
 }
 
 /**
@@ -171,6 +256,20 @@ export function tileWidthOf(panels, originalShape) {
 }
 
 /**
+ * Device pixels per CSS pixel for a canvas of `width` × `height` CSS pixels: the device pixel ratio,
+ * lowered where the backing store would pass the browser's limits (which leave a canvas blank).
+ * @param {number} width
+ * @param {number} height
+ * @param {number} dpr
+ * @returns {number}
+ */
+export function backingScale(width, height, dpr) {
+  const w = Math.max(1, width);
+  const h = Math.max(1, height);
+  return Math.min(dpr, MAX_CANVAS_SIDE / w, MAX_CANVAS_SIDE / h, Math.sqrt(MAX_CANVAS_AREA / (w * h)));
+}
+
+/**
  * Draws the panels on `canvas` (resizing it) and returns the layout for hit tests.
  * @param {HTMLCanvasElement} canvas
  * @param {Panel[]} panels
@@ -182,9 +281,9 @@ export function tileWidthOf(panels, originalShape) {
 export function drawHeatmap(canvas, panels, scale, availableWidth, options = {}) {
   const tileWidth = options.tileWidth || null;
   const layout = layoutPanels(panels, availableWidth);
-  const dpr = window.devicePixelRatio || 1;
-  canvas.width = Math.round(layout.width * dpr);
-  canvas.height = Math.round(layout.height * dpr);
+  const dpr = backingScale(layout.width, layout.height, window.devicePixelRatio || 1);
+  canvas.width = Math.max(1, Math.floor(layout.width * dpr));
+  canvas.height = Math.max(1, Math.floor(layout.height * dpr));
   canvas.style.width = `${layout.width}px`;
   canvas.style.height = `${layout.height}px`;
   const ctx = canvas.getContext('2d');

@@ -2,7 +2,7 @@
 // an iframe (<base href="plugin/xray/">) and calls render(). This module builds the page, owns the
 // state (run, layer, step) and wires the controls to the API and the views.
 
-import { KINDS, fetchRuns, fetchLayers, fetchFrame } from './api.js';
+import { KINDS, ApiError, fetchRuns, fetchLayers, fetchFrame } from './api.js';
 import { FrameCache } from './cache.js';
 import { RunPicker, LayerList, Scrubber, el } from './controls.js';
 import { decodePanels } from './heatmap.js';
@@ -17,6 +17,52 @@ import { KindSection, stepAtOrBefore } from './section.js';
 const POLL_MS = 30000;
 /** Delay before fetching frames while the scrubber is dragged. */
 const DEBOUNCE_MS = 150;
+/** Budget of the frame cache: bytes of decoded panel data. */
+const CACHE_BYTES = 64 * 1024 * 1024;
+/** A frame that answers 404 re-reads the layer list, at most this often. */
+const STALE_REFRESH_MS = 5000;
+
+/**
+ * Bytes of decoded panel data a frame holds (what the cache budget counts).
+ * @param {DecodedFrame} frame
+ * @returns {number}
+ */
+function frameBytes(frame) {
+  let bytes = 0;
+  for (const panel of frame.decoded) bytes += panel.values.byteLength;
+  return bytes;
+}
+
+/**
+ * The steps recorded for each layer and kind of a run: {layer: {kind: [steps]}}.
+ * @param {LayerInfo[]} layers
+ * @returns {Record<string, Record<string, number[]>>}
+ */
+function recordedSteps(layers) {
+  /** @type {Record<string, Record<string, number[]>>} */
+  const out = {};
+  for (const layer of layers) out[layer.name] = { ...(layer.kinds || {}) };
+  return out;
+}
+
+/**
+ * Whether a run's new layer list only adds to the old one (training went on). Anything else (a
+ * layer, kind or step gone) means that the run was rewritten or TensorBoard purged steps.
+ * @param {Record<string, Record<string, number[]>>} before
+ * @param {Record<string, Record<string, number[]>>} after
+ * @returns {boolean}
+ */
+export function onlyGrew(before, after) {
+  for (const [layer, kinds] of Object.entries(before)) {
+    const now = after[layer];
+    if (!now) return false;
+    for (const [kind, steps] of Object.entries(kinds)) {
+      const have = new Set(now[kind] || []);
+      if (!steps.every((step) => have.has(step))) return false;
+    }
+  }
+  return true;
+}
 
 /**
  * Loads style.css (next to this module) and resolves once it applied or failed (at most 3 s).
@@ -109,7 +155,23 @@ class XrayApp {
     /** @type {Map<Kind, KindSection>} */
     this.sections = new Map();
     /** @type {FrameCache<DecodedFrame>} */
-    this.cache = new FrameCache(300);
+    this.cache = new FrameCache(CACHE_BYTES, frameBytes);
+    /**
+     * Layers and steps last seen for each run, to tell a rewritten run.
+     * @type {Map<string, Record<string, Record<string, number[]>>>}
+     */
+    this.recorded = new Map();
+    /**
+     * meta.run_id values seen in each run's frames (forgotten when the run turns out rewritten).
+     * @type {Map<string, Set<string>>}
+     */
+    this.runIds = new Map();
+    /**
+     * The layer (and step) to show again once the layers of a newly chosen run arrive.
+     * @type {{name: string, step: number|null, atEnd: boolean}|null}
+     */
+    this.keep = null;
+    this.staleRefreshAt = 0;
     /** @type {ReturnType<typeof setTimeout>|null} */
     this.debounce = null;
     /** Latest key wanted by each section; stale answers are dropped. @type {Map<KindSection, string>} */
@@ -218,9 +280,13 @@ class XrayApp {
       return;
     }
     this.runs = runs;
+    for (const known of [...this.recorded.keys()]) if (!runs.includes(known)) this.forgetRun(known);
     this.status.textContent = `Updated ${new Date().toLocaleTimeString()}`;
     if (runs.length === 0) {
       this.run = null;
+      this.layers = [];
+      this.layer = null;
+      this.clearView('');
       this.runPicker.setRuns([], null);
       this.layerList.setLayers([], null);
       this.empty.hidden = false;
@@ -243,9 +309,55 @@ class XrayApp {
    */
   async selectRun(run) {
     if (run === this.run && this.layers.length) return;
+    // Until the new run's layers arrive nothing is selected, so that neither the scrubber nor the
+    // old layer list asks the new run for the old run's layers; the same layer (and step) comes
+    // back afterwards if the new run has it.
+    if (this.layer) {
+      const steps = this.scrubber.steps;
+      this.keep = {
+        name: this.layer.name,
+        step: this.scrubber.step,
+        atEnd: this.scrubber.index >= steps.length - 1,
+      };
+    }
     this.run = run;
+    this.layers = [];
+    this.layer = null;
     this.runPicker.setRuns(this.runs, run);
+    this.layerList.setSelected(null);
+    this.layerList.setBusy(true);
+    this.clearView('Loading layers…');
     await this.loadLayers(true);
+  }
+
+  /**
+   * Forgets what is known of a run that left the logdir (or was rewritten).
+   * @param {string} run
+   */
+  forgetRun(run) {
+    this.cache.clearRun(run);
+    this.recorded.delete(run);
+    this.runIds.delete(run);
+  }
+
+  /**
+   * Notes the run_id of a frame that arrived. A run_id not seen before in this run, once another
+   * was, means the run was rewritten under the same name: its cached frames are dropped.
+   * @param {string} run
+   * @param {string} key  The frame's cache key (kept).
+   * @param {DecodedFrame} frame
+   * @returns {boolean}  Whether the run's cache was cleared.
+   */
+  noteRunId(run, key, frame) {
+    const id = frame.meta && frame.meta.run_id;
+    if (!id) return false;
+    let ids = this.runIds.get(run);
+    if (!ids) this.runIds.set(run, (ids = new Set()));
+    if (ids.has(id)) return false;
+    const rewritten = ids.size > 0;
+    ids.add(id);
+    if (rewritten) this.cache.clearRun(run, key);
+    return rewritten;
   }
 
   /**
@@ -262,26 +374,80 @@ class XrayApp {
       response = await fetchLayers(run);
       this.errors.clear('layers');
     } catch (e) {
-      if (seq === this.layersSeq) this.errors.set('layers', e);
+      if (seq === this.layersSeq) {
+        this.errors.set('layers', e);
+        if (fresh && run === this.run && !this.layers.length) {
+          this.layerList.setBusy(false);
+          this.layerList.setLayers([], null);
+          this.hint.textContent = 'Could not load the layers of this run.';
+        }
+      }
       return;
     }
     if (seq !== this.layersSeq || run !== this.run) return;
+    this.layerList.setBusy(false);
+    const recorded = recordedSteps(response.layers);
+    const before = this.recorded.get(run);
+    this.recorded.set(run, recorded);
+    const rewritten = before !== undefined && !onlyGrew(before, recorded);
+    if (rewritten) {
+      this.cache.clearRun(run);
+      this.runIds.delete(run);
+    }
     this.layers = response.layers;
-    const keep = this.layer && this.layers.find((l) => l.name === this.layer.name);
+    const wanted = this.layer ? this.layer.name : this.keep ? this.keep.name : null;
+    const keep = wanted !== null ? this.layers.find((l) => l.name === wanted) : undefined;
     const name = keep ? keep.name : this.layers.length ? this.layers[0].name : null;
+    const restore = this.keep;
+    this.keep = null;
     this.layerList.setLayers(this.layers, name);
     if (name === null) {
       this.layer = null;
       this.clearView('This run has no recorded layers yet.');
-    } else if (fresh || !keep) {
-      this.selectLayer(name);
+    } else if (fresh || !keep || !this.layer) {
+      this.selectLayer(name, keep && restore && !restore.atEnd ? restore.step : null);
     } else {
-      this.updateLayer(keep);
+      const shown = this.updateLayer(keep);
+      if (rewritten && !shown) this.showStep(false);
+      else if (!rewritten && !shown) await this.validate(run);
     }
+  }
+
+  /**
+   * After a reload that changed nothing visible, checks that the run was not rewritten under the
+   * same name with the same steps: fetches the smallest shown frame again and compares its run_id
+   * and wall time with the cached one.
+   * @param {string} run
+   * @returns {Promise<void>}
+   */
+  async validate(run) {
+    let probe = null;
+    for (const section of this.sections.values()) {
+      const frame = section.frame;
+      if (!frame || frame.run !== run) continue;
+      if (!probe || frameBytes(frame) < frameBytes(probe.frame)) probe = { section, frame };
+    }
+    if (!probe) return;
+    const { frame } = probe;
+    let fresh;
+    try {
+      fresh = await fetchFrame(run, frame.layer, frame.kind, frame.step);
+    } catch (_) {
+      return; // gone or unreachable: the next reload's layer list or the frame fetches tell
+    }
+    if (run !== this.run) return;
+    const sameId = (fresh.meta.run_id || null) === (frame.meta.run_id || null);
+    if (sameId && fresh.wall_time === frame.wall_time) return;
+    this.cache.clearRun(run);
+    this.runIds.delete(run);
+    this.showStep(false);
   }
 
   /** @param {string} message */
   clearView(message) {
+    clearTimeout(this.debounce);
+    this.debounce = null;
+    this.clearFrameErrors();
     this.sections.clear();
     this.wanted.clear();
     this.sectionsEl.replaceChildren();
@@ -294,10 +460,12 @@ class XrayApp {
   }
 
   /**
-   * Shows a layer of the current run, at its latest recorded step.
+   * Shows a layer of the current run, at its latest recorded step (or at `step`, or the nearest
+   * recorded step before it).
    * @param {string} name
+   * @param {number|null} [step]
    */
-  selectLayer(name) {
+  selectLayer(name, step = null) {
     const layer = this.layers.find((l) => l.name === name);
     if (!layer) return;
     this.layer = layer;
@@ -306,7 +474,12 @@ class XrayApp {
     this.layerType.textContent = layer.type || '';
     this.buildSections(layer);
     const steps = layerSteps(layer);
-    this.scrubber.setSteps(steps, steps.length - 1);
+    let index = steps.length - 1;
+    if (step !== null) {
+      const s = stepAtOrBefore(steps, step);
+      index = s === null ? 0 : steps.indexOf(s);
+    }
+    this.scrubber.setSteps(steps, index);
     this.updateSummary(steps);
     this.showStep(false);
   }
@@ -315,6 +488,7 @@ class XrayApp {
    * A refresh brought new data for the shown layer: keep the step, or follow the newest step when
    * the scrubber was at the end.
    * @param {LayerInfo} layer
+   * @returns {boolean}  Whether the frames were shown again (the steps or kinds changed).
    */
   updateLayer(layer) {
     const oldSteps = this.scrubber.steps;
@@ -337,6 +511,7 @@ class XrayApp {
     this.scrubber.setSteps(steps, index);
     this.updateSummary(steps);
     if (changed) this.showStep(false);
+    return changed;
   }
 
   /** @param {number[]} steps */
@@ -348,6 +523,7 @@ class XrayApp {
 
   /** @param {LayerInfo} layer */
   buildSections(layer) {
+    this.clearFrameErrors();
     this.sections.clear();
     this.wanted.clear();
     const kinds = KINDS.filter((k) => Array.isArray(layer.kinds[k]) && layer.kinds[k].length);
@@ -377,6 +553,7 @@ class XrayApp {
       const shown = stepAtOrBefore(section.steps, requested);
       if (shown === null) {
         this.wanted.delete(section);
+        this.errors.clear(`frame:${kind}`);
         section.showNotRecorded(requested);
         continue;
       }
@@ -384,6 +561,7 @@ class XrayApp {
       this.wanted.set(section, key);
       const cached = this.cache.peek(key);
       if (cached) {
+        this.errors.clear(`frame:${kind}`);
         section.showFrame(cached, requested, this.availableWidth());
       } else {
         section.showLoading(requested, shown);
@@ -413,22 +591,36 @@ class XrayApp {
    * @param {number} requested
    */
   async loadFrame(section, key, run, layer, step, requested) {
+    const source = `frame:${section.kind}`;
+    let frame;
     try {
-      const frame = await this.cache.get(key, async () => {
+      frame = await this.cache.get(key, async () => {
         const raw = await fetchFrame(run, layer, section.kind, step);
         const decoded = decodePanels(raw.panels);
         return { ...raw, panels: [], decoded };
       });
-      this.errors.clear('frame');
-      if (this.wanted.get(section) === key) {
-        section.showFrame(frame, requested, this.availableWidth());
-      }
     } catch (e) {
       if (this.wanted.get(section) !== key) return;
       const message = e instanceof Error ? e.message : String(e);
       section.showError(message);
-      this.errors.set('frame', e);
+      this.errors.set(source, e);
+      // A 404 for a step the layer list offered: the list is stale (a rewritten or purged run).
+      if (e instanceof ApiError && e.status === 404 && Date.now() >= this.staleRefreshAt) {
+        this.staleRefreshAt = Date.now() + STALE_REFRESH_MS;
+        this.refresh();
+      }
+      return;
     }
+    const rewritten = this.noteRunId(run, key, frame);
+    if (this.wanted.get(section) !== key) return;
+    this.errors.clear(source);
+    section.showFrame(frame, requested, this.availableWidth());
+    if (rewritten && run === this.run) this.showStep(false); // the other kinds, from the new run
+  }
+
+  /** Clears the banner lines of frame errors (the sections they were about are going away). */
+  clearFrameErrors() {
+    for (const kind of KINDS) this.errors.clear(`frame:${kind}`);
   }
 
   /** @returns {number} Width available to a heatmap, in CSS pixels. */

@@ -4,7 +4,7 @@
 import { el } from './controls.js';
 import { makeScale, cssColor, NAN_COLOR, INF_COLOR } from './colormap.js';
 import { drawColorbar } from './colorbar.js';
-import { drawHeatmap, hitTest, tileWidthOf } from './heatmap.js';
+import { drawHeatmap, hitTest, shownPanels, tileWidthOf } from './heatmap.js';
 import { formatShape, formatValue } from './format.js';
 
 /** @typedef {import('./api.js').Kind} Kind */
@@ -53,6 +53,31 @@ export function stepAtOrBefore(steps, requested) {
 }
 
 /**
+ * How pooled panels are shown, for the info line: "" when drawn whole.
+ * @param {number} ky  Source rows per shown row.
+ * @param {number} kx  Source columns per shown column.
+ * @returns {string}
+ */
+export function describePooling(ky, kx) {
+  if (ky <= 1 && kx <= 1) return '';
+  let ratio = `1:${ky} down rows × 1:${kx} across columns`;
+  if (ky === kx) ratio = `1:${kx}`;
+  else if (ky <= 1) ratio = `1:${kx} across columns`;
+  else if (kx <= 1) ratio = `1:${ky} down rows`;
+  return `shown at ${ratio} (max-abs pooled)`;
+}
+
+/**
+ * "a" or "a–b" for the source indices [first, last] of a pooled cell.
+ * @param {number} first
+ * @param {number} last
+ * @returns {string}
+ */
+function span(first, last) {
+  return last > first ? `${first}–${last}` : String(first);
+}
+
+/**
  * The one-line description of a frame's tensor.
  * @param {Frame} frame
  * @returns {string}
@@ -88,6 +113,11 @@ export class KindSection {
     this.layout = null;
     /** @type {number|null} Columns per tile of a tiled conv filter panel. */
     this.tileWidth = null;
+    /**
+     * Panels as drawn, for the frame and width they were pooled for.
+     * @type {{frame: DecodedFrame, width: number, shown: import('./heatmap.js').Shown}|null}
+     */
+    this.shown = null;
 
     this.element = el('section', 'xray-kind');
     this.element.dataset.kind = kind;
@@ -158,7 +188,6 @@ export class KindSection {
     this.error.hidden = true;
     this.element.classList.remove('xray-loading', 'xray-missing');
     this.setNote(requested, frame.step);
-    this.info.textContent = describeFrame(frame);
     this.info.title = frame.meta && frame.meta.selector ? `selector: ${frame.meta.selector}` : '';
     this.wrap.hidden = false;
     this.draw(width);
@@ -178,10 +207,16 @@ export class KindSection {
     const frame = this.frame;
     if (!frame) return;
     const scale = makeScale(frame);
-    this.tileWidth = tileWidthOf(frame.decoded, frame.meta && frame.meta.original_shape);
-    this.layout = drawHeatmap(this.canvas, frame.decoded, scale, width, {
-      tileWidth: this.tileWidth,
-    });
+    if (!this.shown || this.shown.frame !== frame || this.shown.width !== width) {
+      this.shown = { frame, width, shown: shownPanels(frame.decoded, width) };
+    }
+    const { panels, ky, kx } = this.shown.shown;
+    const tileWidth = tileWidthOf(frame.decoded, frame.meta && frame.meta.original_shape);
+    this.tileWidth = kx === 1 && ky === 1 ? tileWidth : null; // tiles do not survive pooling
+    this.layout = drawHeatmap(this.canvas, panels, scale, width, { tileWidth: this.tileWidth });
+    const pooling = describePooling(ky, kx);
+    this.info.textContent = [describeFrame(frame), pooling].filter(Boolean).join(' · ');
+    this.canvas.dataset.pool = `${ky}x${kx}`;
     drawColorbar(this.colorbar, scale, { width: Math.min(320, Math.max(200, width / 3)) });
     this.nonfiniteKey.hidden = !(frame.nonfinite > 0);
     this.legend.hidden = false;
@@ -193,6 +228,7 @@ export class KindSection {
    */
   showNotRecorded(requested) {
     this.frame = null;
+    this.shown = null;
     this.layout = null;
     this.error.hidden = true;
     this.element.classList.remove('xray-loading');
@@ -217,6 +253,7 @@ export class KindSection {
    */
   showError(message) {
     this.frame = null;
+    this.shown = null;
     this.layout = null;
     this.element.classList.remove('xray-loading');
     this.error.textContent = message;
@@ -254,10 +291,20 @@ export class KindSection {
       this.readout.textContent = '';
       return;
     }
-    const panel = hit.panel.index !== null && hit.panel.index !== undefined ? `#${hit.panel.index} ` : '';
-    const where = this.tileWidth
-      ? `in ${Math.floor(hit.col / this.tileWidth)} [${hit.row}, ${hit.col % this.tileWidth}]`
-      : `[${hit.row}, ${hit.col}]`;
+    const shown = /** @type {import('./heatmap.js').ShownPanel} */ (hit.panel);
+    const panel = shown.index !== null && shown.index !== undefined ? `#${shown.index} ` : '';
+    const ky = shown.ky || 1;
+    const kx = shown.kx || 1;
+    let where;
+    if (ky > 1 || kx > 1) {
+      const rows = span(hit.row * ky, Math.min(shown.srcRows, (hit.row + 1) * ky) - 1);
+      const cols = span(hit.col * kx, Math.min(shown.srcCols, (hit.col + 1) * kx) - 1);
+      where = `max-abs of [${rows}, ${cols}]`;
+    } else if (this.tileWidth) {
+      where = `in ${Math.floor(hit.col / this.tileWidth)} [${hit.row}, ${hit.col % this.tileWidth}]`;
+    } else {
+      where = `[${hit.row}, ${hit.col}]`;
+    }
     this.readout.textContent = `${panel}${where} = ${formatValue(hit.value)}`;
   }
 }

@@ -144,17 +144,23 @@ def test_api_errors_show_in_the_banner(tensorboard_url, page):
     """A failing kind keeps its banner line while the other kinds of the layer load fine."""
     message = "Not found: 'conv1' 'weight' was not recorded at step 30 (test)"
 
+    held = []
+
     def fail_weight_frames(route):
         if "kind=weight&" in route.request.url:
             route.fulfill(status=404, content_type="application/json", body=json.dumps({"error": message, "code": 404}))
         else:
-            route.continue_()
+            held.append(route)  # answered once the weight error is up
 
     page.route(re.compile(r"/data/plugin/xray/frame\?"), fail_weight_frames)
     frame = open_xray_tab(page, tensorboard_url)
     frame.locator('button[data-layer="conv1"]').click()
     banner = frame.locator("#xray-error")
     expect(frame.locator(f'{HEATMAPS}[data-kind="weight"]')).to_have_attribute("data-state", "error")
+    expect(banner).to_contain_text(message)
+    assert held, "conv1 has no kind besides weight"
+    for route in held:
+        route.continue_()
     wait_frames_settled(frame)
     others = frame.locator(f'{HEATMAPS}:not([data-kind="weight"])')
     assert others.count() >= 1
@@ -273,6 +279,29 @@ def test_very_wide_panel_is_pooled_not_blank(tensorboard_url, chromium_browser):
         context.close()
 
 
+def test_frame_cache_is_bounded_by_bytes(tensorboard_url, page):
+    """The frame cache counts bytes, evicts the least recently used values, and drops a run."""
+    frame = open_xray_tab(page, tensorboard_url)
+    result = frame.locator("body").evaluate(
+        """async () => {
+          const { FrameCache } = await import(new URL('static/cache.js', document.baseURI).href);
+          const cache = new FrameCache(100, (v) => v.bytes);
+          const key = (run, step) => FrameCache.key(run, 'conv1', 'weight', step);
+          await cache.get(key('a', 1), async () => ({ bytes: 60 }));
+          await cache.get(key('a', 2), async () => ({ bytes: 30 }));
+          cache.peek(key('a', 1));                       // a/1 is now the most recently used
+          await cache.get(key('b', 1), async () => ({ bytes: 30 }));
+          const afterEvict = [cache.peek(key('a', 1)) !== undefined, cache.peek(key('a', 2)) !== undefined,
+                              cache.peek(key('b', 1)) !== undefined, cache.bytes];
+          await cache.get(key('b', 2), async () => ({ bytes: 500 }));  // too big alone: kept, the rest goes
+          const big = [cache.size, cache.bytes];
+          cache.clearRun('b');
+          return { afterEvict, big, cleared: [cache.size, cache.bytes] };
+        }"""
+    )
+    assert result == {"afterEvict": [True, False, True, 90], "big": [1, 500], "cleared": [0, 0]}, result
+
+
 def test_switching_runs_waits_for_the_new_layers(tensorboard_url, page):
     """While the new run's layers load, nothing asks the new run for the old run's layer; once they
     arrive the same layer and step are shown again."""
@@ -287,7 +316,7 @@ def test_switching_runs_waits_for_the_new_layers(tensorboard_url, page):
         lambda route: route.fulfill(status=200, content_type="application/json",
                                     body=json.dumps({"runs": [RUN, "other"]})),
     )
-    page.route(re.compile(r"/data/plugin/xray/layers\?run=other"), held.append)
+    page.route(re.compile(r"/data/plugin/xray/layers\?run=other"), lambda route: held.append(route))
 
     def frames(route):
         if "run=other" in route.request.url:
