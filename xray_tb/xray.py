@@ -105,6 +105,7 @@ class Xray:
         if isinstance(budget_bytes, bool) or not hasattr(budget_bytes, "__index__") or operator.index(budget_bytes) <= 0:
             raise ValueError(f"budget_bytes must be a positive number of bytes, got {budget_bytes!r}")
         self._schedule = as_schedule(every)
+        self._due: tuple[Optional[int], bool] = (None, False)  # the schedule's last answer, by step
         if optimizer is not None and self._schedule is None:
             raise ValueError("optimizer= counts steps for a schedule; give every= too")
         self._probe = _probe_batch(probe)
@@ -197,8 +198,16 @@ class Xray:
     # Steps ----------------------------------------------------------------------------------------
 
     def is_due(self, step: int) -> bool:
-        """Whether ``step`` is due for a capture under the schedule (always, without one)."""
-        return self._schedule is None or bool(self._schedule(step))
+        """Whether ``step`` is due for a capture under the schedule (always, without one).
+
+        The schedule is asked once per step: arming the hooks for a step and capturing it agree
+        even for a schedule that is not a pure function of the step.
+        """
+        if self._schedule is None:
+            return True
+        if self._due[0] != step:
+            self._due = (step, bool(self._schedule(step)))
+        return self._due[1]
 
     def _arm_for(self, step: int) -> None:
         """Arm the hooks for the training forward of ``step`` when it is due (never in probe mode)."""

@@ -182,3 +182,18 @@ def test_records_lists_what_was_written(model, tmp_path):
             train_step(model, *batch(step))
             xray.take_graphs(step)
         assert xray.records() == {"conv": {"weight": [0, 5], "grad": [0, 5]}}
+
+
+def test_a_schedule_is_asked_once_per_step(model, tmp_path):
+    asked = []
+
+    def coin(step):
+        asked.append(step)
+        return len(asked) % 2 == 1  # answers differently when asked again
+
+    xray = Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan={"fc1": {"output": True}}, every=coin)
+    for step in range(4):
+        train_step(model, *batch(step))
+        xray.take_graphs()
+    xray.close()
+    assert asked == [0, 1, 2, 3, 4]  # 4: arming for the next step
