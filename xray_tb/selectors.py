@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 import zlib
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
@@ -56,9 +56,16 @@ def _limit(tensor: torch.Tensor, max_filters: int, max_rows: int) -> int:
 
 
 class KeepAll(Selector):
-    """Keep every filter or row."""
+    """Keep every filter or row; with ``max_elements``, only tensors of at most that many elements,
+    leaving bigger ones to ``otherwise`` (default :class:`RandomFilters`)."""
+
+    def __init__(self, max_elements: Optional[int] = None, otherwise: Optional[Selector] = None):
+        self.max_elements = max_elements
+        self.otherwise = otherwise if otherwise is not None or max_elements is None else RandomFilters()
 
     def select(self, tensor, info):
+        if self.max_elements is not None and tensor.numel() > self.max_elements:
+            return self.otherwise.select(tensor, info)
         return Selection(tuple(range(tensor.shape[0]) if tensor.dim() else ()))
 
 

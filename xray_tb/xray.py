@@ -299,8 +299,12 @@ class Xray:
         return result.report
 
     def _warn_about(self, report: CaptureReport) -> None:
-        for layer, kind, reason in report.missing:
-            self._warn_once((layer, kind, reason), f"take_graphs(step={report.step}): {layer!r} {kind} was not recorded: {MISSING_REASONS[reason]}")
+        """One warning per reason for what could not be recorded, each (layer, kind, reason) once."""
+        new = [(layer, kind, reason) for layer, kind, reason in report.missing if (layer, kind, reason) not in self._warned]
+        self._warned.update(new)
+        for reason in dict.fromkeys(reason for _, _, reason in new):
+            which = ", ".join(f"{layer!r} {kind}" for layer, kind, why in new if why == reason)
+            warnings.warn(f"take_graphs(step={report.step}) did not record {which}: {MISSING_REASONS[reason]}", stacklevel=4)
         if report.skipped:
             skipped = ", ".join(f"{name}/{kind}" for name, kind in report.skipped)
             warnings.warn(

@@ -79,7 +79,7 @@ def test_missing_kinds_are_reported_per_layer(model, tmp_path):
     with pytest.warns(UserWarning) as caught:
         xray.take_graphs(0)
     assert {(layer, kind) for layer, kind, _ in xray.last_report.missing} == {("conv", "weight_grad"), ("fc1", "weight_grad"), ("fc1", "grad")}
-    assert any("'fc1' grad was not recorded: no forward pass ran" in str(w.message) for w in caught)
+    assert any("did not record 'fc1' grad: no forward pass ran" in str(w.message) for w in caught)
     xray.close()
 
 

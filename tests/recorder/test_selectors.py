@@ -29,6 +29,14 @@ def test_random_filters_are_seeded_by_layer():
     assert list(a) == sorted(a) and len(set(a)) == 5
 
 
+def test_keep_all_below_a_size_threshold():
+    small, big = torch.zeros(4, 3, 3), torch.zeros(40, 8, 8)
+    selector = KeepAll(max_elements=100)
+    assert selector.select(small, INFO).indices == (0, 1, 2, 3)
+    assert selector.select(big, INFO).indices == RandomFilters().select(big, INFO).indices
+    assert KeepAll(max_elements=100, otherwise=FirstN(max_filters=2)).select(big, INFO).indices == (0, 1)
+
+
 def test_first_n_keep_all_and_top_variance():
     tensor = torch.zeros(10, 4, 4)
     tensor[7] = torch.randn(4, 4) * 10

@@ -237,7 +237,7 @@ def test_bad_constructor_arguments(model, tmp_path):
 def test_take_graphs_before_backward_records_what_exists(model, tmp_path):
     xray = Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan={"conv": FULL})
     model(batch()[0])
-    with pytest.warns(UserWarning, match="'conv' weight_grad was not recorded: no .grad on the weight"):
+    with pytest.warns(UserWarning, match="did not record 'conv' weight_grad: no .grad on the weight"):
         xray.take_graphs(0)
     xray.close()
     frames, _ = read_xray_events(str(tmp_path))
