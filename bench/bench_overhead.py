@@ -14,11 +14,12 @@ Variants, each on the digits CNN and an MLP (CPU, batch 32):
   (d) wandb      wandb.watch(log="all", log_freq=100) offline, when wandb is installed
 
 Each variant's loop is set up once and warmed up, as in a long training. Then, round after round
-and in a new shuffled order each round, every variant's window of steps runs right after a window
-of the plain loop, on one intra-op thread. The figure is the median, over rounds, of the variant's
-CPU time per step divided by that of the plain window just before it: process time counts every
-thread of ours (the event writer's included) and nothing of other tenants, and pairing adjacent
-windows cancels the machine's slow drifts.
+and in a new shuffled order each round, every variant runs three windows of steps on one intra-op
+thread: the plain loop's, its own loop with the variant switched off (same model instance and
+optimizer, nothing of the variant called, Xray's hooks disarmed), and its own loop switched on.
+"vs own" is the median over rounds of on / off: the variant's cost with model-instance effects
+(memory placement, caches) cancelled. "vs plain" is on / the plain window before it. Times are
+process CPU time: every thread of ours (the event writer's included), nothing of other tenants.
 """
 
 from __future__ import annotations
@@ -96,20 +97,30 @@ class Loop:
             wandb.init(mode="offline", dir=logdir)
             wandb.watch(self.model, log="all", log_freq=EVERY)
 
-    def window(self, data) -> float:
-        """CPU seconds per step over ``data``."""
+    def window(self, data, instrumented: bool = True) -> float:
+        """CPU seconds per step over ``data``; ``instrumented=False`` trains the same model with the
+        same optimizer but calls nothing of the variant's (Xray's hooks disarmed meanwhile), so the
+        two can be compared on one model instance (wandb's hooks cannot be lifted: it is always on)."""
+        recorder = self.xray._resources.recorder if self.xray is not None and not instrumented else None
+        if recorder is not None:
+            recorder.disarm()  # private on purpose: a bench-only switch, restored below
         gc.collect()  # collected before the clock starts, for every variant alike
         start = time.process_time()
         for x, y in data:
-            self._step(x, y)
-        return (time.process_time() - start) / len(data)
+            self._step(x, y, instrumented)
+        elapsed = (time.process_time() - start) / len(data)
+        if recorder is not None:
+            self.xray._arm_for(self.xray._next_step)
+        return elapsed
 
-    def _step(self, x, y) -> None:
+    def _step(self, x, y, instrumented: bool) -> None:
         self.optimizer.zero_grad()
         loss = F.cross_entropy(self.model(x), y)
         loss.backward()
         due = self.step % EVERY == 0
-        if self.variant in ("idle", "every", "every-all"):
+        if not instrumented:
+            pass
+        elif self.variant in ("idle", "every", "every-all"):
             self.xray.take_graphs()
         elif self.variant == "manual" and due:
             self.xray.take_graphs(self.step)
@@ -148,7 +159,8 @@ def main() -> None:
     data = batches(args.steps)
     others = [variant for variant in variants if variant != "plain"]
     for model_name, make_model in (("digits CNN", LeNetDigits), ("MLP 64-256-256-10", mlp)):
-        times = {variant: [] for variant in others}
+        on = {variant: [] for variant in others}
+        own_off = {variant: [] for variant in others}
         plain_next_to = {variant: [] for variant in others}
         with tempfile.TemporaryDirectory() as tmp:
             loops = {variant: Loop(variant, make_model, f"{tmp}/{variant}") for variant in variants}
@@ -157,16 +169,19 @@ def main() -> None:
             for _ in range(args.rounds):
                 for variant in order.sample(others, len(others)):
                     plain_next_to[variant].append(loops["plain"].window(data))
-                    times[variant].append(loops[variant].window(data))
+                    own_off[variant].append(loops[variant].window(data, instrumented=False))
+                    on[variant].append(loops[variant].window(data))
             for loop in loops.values():
                 loop.close()
         plain = statistics.median(t for ts in plain_next_to.values() for t in ts)
         print(f"\n{model_name}: {args.rounds} rounds of {args.steps}-step windows, CPU time per step")
-        print(f"{'variant':<12} {'ms/step':>8} {'ratio':>7}  (median of each window over the plain window just before it)")
-        print(f"{'plain':<12} {plain * 1e3:8.3f} {1:7.3f}")
+        print(f"{'variant':<12} {'ms/step':>8} {'vs own':>7} {'vs plain':>8}")
+        print(f"{'plain':<12} {plain * 1e3:8.3f} {1:7.3f} {1:8.3f}")
         for variant in others:
-            ratio = statistics.median(v / p for v, p in zip(times[variant], plain_next_to[variant]))
-            print(f"{variant:<12} {statistics.median(times[variant]) * 1e3:8.3f} {ratio:7.3f}")
+            own = statistics.median(v / o for v, o in zip(on[variant], own_off[variant]))
+            versus_plain = statistics.median(v / p for v, p in zip(on[variant], plain_next_to[variant]))
+            own_text = "   --  " if variant == "wandb" else f"{own:7.3f}"
+            print(f"{variant:<12} {statistics.median(on[variant]) * 1e3:8.3f} {own_text} {versus_plain:8.3f}")
 
 
 if __name__ == "__main__":
