@@ -19,7 +19,7 @@ from tb_plugin import metadata
 from xray_tb import graph, views
 from xray_tb import plan as plans
 from xray_tb.capture import MISSING_REASONS, CaptureContext, CaptureReport, capture
-from xray_tb.hooks import TapRecorder, _InertHook
+from xray_tb.hooks import TapRecorder, _Hook
 from xray_tb.probe import run_probe
 from xray_tb.reader import RecordedRun, open_run
 from xray_tb.schedules import ScheduleLike, as_schedule
@@ -132,7 +132,7 @@ class Xray:
         self._run: Optional[RecordedRun] = None
         self._warned: set = set()
         if optimizer is not None:
-            self._resources.step_hook = optimizer.register_step_post_hook(_OptimizerStepCounter(weakref.ref(self)))
+            self._resources.step_hook = optimizer.register_step_post_hook(_step_counter(weakref.ref(self)))
         self._sink.add(metadata.json_summary(metadata.ARCHITECTURE_TAG, self.architecture), step=0)
         self._install(*first_plan)
 
@@ -378,19 +378,16 @@ class Xray:
         self.close()
 
 
-class _OptimizerStepCounter:
-    """Optimizer step hook holding Xray weakly, so a forgotten Xray can still be garbage-collected."""
+def _step_counter(xray_ref: "weakref.ref[Xray]") -> _Hook:
+    """An optimizer step hook holding Xray weakly (a forgotten Xray can still be garbage-collected),
+    and, like every Xray hook, pickling as a no-op."""
 
-    def __init__(self, xray_ref: "weakref.ref[Xray]"):
-        self._xray_ref = xray_ref
-
-    def __call__(self, optimizer, args, kwargs) -> None:
-        xray = self._xray_ref()
+    def count(optimizer, args, kwargs) -> None:
+        xray = xray_ref()
         if xray is not None:
             xray._optimizer_stepped()
 
-    def __reduce__(self):
-        return (_InertHook, ())
+    return _Hook(count)
 
 
 def _storage_dtype(dtype: Union[str, torch.dtype]) -> type:

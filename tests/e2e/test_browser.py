@@ -70,6 +70,13 @@ def open_xray_tab(page, url):
     return frame
 
 
+def show_layer(frame, run: str, layer: str) -> None:
+    """Picks ``run`` and clicks ``layer`` in the plugin iframe, then waits for the layer's header."""
+    frame.locator("#xray-run").select_option(run)
+    frame.locator(f'button[data-layer="{layer}"]').click()
+    expect(frame.locator("#xray-layer-title")).to_have_text(layer)
+
+
 def heatmap_stats(frame) -> dict:
     """``{kind: stats}`` of every heatmap canvas of the shown layer."""
     return {s["kind"]: s for s in frame.locator(HEATMAPS).evaluate_all(f"(cs) => cs.map({CANVAS_STATS_JS})")}
@@ -111,9 +118,7 @@ def test_xray_tab_draws_conv1_and_scrubs(tensorboard_url, page, tmp_path):
     assert len(steps) >= 2, f"conv1 needs two recorded steps to scrub, got {steps}"
 
     frame = open_xray_tab(page, tensorboard_url)
-    frame.locator("#xray-run").select_option(RUN)
-    frame.locator('button[data-layer="conv1"]').click()
-    expect(frame.locator("#xray-layer-title")).to_have_text("conv1")
+    show_layer(frame, RUN, "conv1")
     expect(frame.locator("button.xray-layer.xray-selected")).to_have_attribute("data-layer", "conv1")
 
     # One section per recorded kind, in the documented order, each with its canvas and colour bar.
@@ -222,9 +227,7 @@ def test_empty_state_when_no_run_has_xray_data(empty_tensorboard_url, page):
 def test_non_finite_values_get_their_own_colour(tensorboard_url, page):
     """A recorded weight with NaN, +Inf and -Inf draws them in the non-finite colours and shows the legend."""
     frame = open_xray_tab(page, tensorboard_url)
-    frame.locator("#xray-run").select_option(NONFINITE)
-    frame.locator('button[data-layer="conv1"]').click()
-    expect(frame.locator("#xray-layer-title")).to_have_text("conv1")
+    show_layer(frame, NONFINITE, "conv1")
     weight = frame.locator(f'{HEATMAPS}[data-kind="weight"]')
     expect(weight).to_have_attribute("data-state", "ready")
     stats = weight.evaluate(CANVAS_STATS_JS)
@@ -245,9 +248,7 @@ def test_very_wide_panel_is_pooled_not_blank(tensorboard_url, chromium_browser):
         page = context.new_page()
         page.set_default_timeout(20_000)
         frame = open_xray_tab(page, tensorboard_url)
-        frame.locator("#xray-run").select_option(WIDE)
-        frame.locator('button[data-layer="0"]').click()
-        expect(frame.locator("#xray-layer-title")).to_have_text("0")
+        show_layer(frame, WIDE, "0")
         canvas = frame.locator(f'{HEATMAPS}[data-kind="output"]')
         expect(canvas).to_have_attribute("data-state", "ready")
         stats = canvas.evaluate(CANVAS_STATS_JS)
@@ -364,9 +365,7 @@ def test_rewritten_run_is_fetched_again(tensorboard_url, xray_logdir, page):
     assert len(steps) >= 2, steps
     fetched = record_frame_requests(page, REWRITE)
     frame = open_xray_tab(page, tensorboard_url)
-    frame.locator("#xray-run").select_option(REWRITE)
-    frame.locator('button[data-layer="conv1"]').click()
-    expect(frame.locator("#xray-layer-title")).to_have_text("conv1")
+    show_layer(frame, REWRITE, "conv1")
     wait_frames_settled(frame)
     expect(frame.locator("#xray-step-label")).to_have_text(f"step {steps[-1]}")
     last = heatmap_stats(frame)
