@@ -1,6 +1,6 @@
 """Training-loop overhead of Xray, side by side in one run, as ratios to the plain loop.
 
-    python bench/bench_overhead.py [--steps 300] [--rounds 30]
+    python bench/bench_overhead.py [--steps 300] [--rounds 30] [--models cnn,mlp] [--variants every,idle]
 
 Variants, each on the digits CNN and an MLP (CPU, batch 32):
   plain          the loop without Xray
@@ -146,6 +146,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=300, help="steps per window")
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--models", default="cnn,mlp", help="comma-separated: cnn, mlp")
+    parser.add_argument("--variants", default="all", help="comma-separated variants (default: all)")
     args = parser.parse_args()
     variants = ["plain", *XRAY_VARIANTS, "histograms"]
     try:
@@ -154,11 +156,14 @@ def main() -> None:
         variants.append("wandb")
     except ImportError:
         print("(d) wandb: not installed, skipped")
+    if args.variants != "all":
+        variants = ["plain", *(v for v in variants if v in args.variants.split(","))]
+    models = {"cnn": ("digits CNN", LeNetDigits), "mlp": ("MLP 64-256-256-10", mlp)}
     torch.set_num_threads(1)
     order = random.Random(0)
     data = batches(args.steps)
     others = [variant for variant in variants if variant != "plain"]
-    for model_name, make_model in (("digits CNN", LeNetDigits), ("MLP 64-256-256-10", mlp)):
+    for model_name, make_model in (models[key] for key in args.models.split(",")):
         on = {variant: [] for variant in others}
         own_off = {variant: [] for variant in others}
         plain_next_to = {variant: [] for variant in others}

@@ -75,6 +75,7 @@ def main(argv=None) -> None:
     plan = xray.draft_plan()  # conv: output + activation; linear: activation
     for layer in ("conv1", "conv2", "fc1"):
         plan[layer].update(weight=True, weight_grad=True, grad=True)
+    plan["fc1"].update(bias=True, bias_grad=True)
     plan["fc3"].update(output=True, grad=True)
     xray.set_plan(plan)
 

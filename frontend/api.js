@@ -2,9 +2,9 @@
 // <base href="plugin/xray/">, so --path_prefix and /experiment/<id>/ keep working.
 
 /** The kinds a layer can record, in display order. */
-export const KINDS = /** @type {const} */ (['weight', 'weight_grad', 'output', 'activation', 'grad']);
+export const KINDS = /** @type {const} */ (['weight', 'weight_grad', 'bias', 'bias_grad', 'output', 'activation', 'grad']);
 
-/** @typedef {'weight'|'weight_grad'|'output'|'activation'|'grad'} Kind */
+/** @typedef {'weight'|'weight_grad'|'bias'|'bias_grad'|'output'|'activation'|'grad'} Kind */
 
 /**
  * @typedef {Object} LayerInfo

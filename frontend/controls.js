@@ -7,6 +7,8 @@
 const KIND_BADGES = {
   weight: 'W',
   weight_grad: '∇W',
+  bias: 'b',
+  bias_grad: '∇b',
   output: 'out',
   activation: 'act',
   grad: '∇out',

@@ -16,6 +16,8 @@ import { formatShape, formatValue } from './format.js';
 export const KIND_TITLES = {
   weight: 'Weight',
   weight_grad: 'Weight gradient',
+  bias: 'Bias',
+  bias_grad: 'Bias gradient',
   output: 'Output',
   activation: 'Activation',
   grad: 'Output gradient',
@@ -25,6 +27,8 @@ export const KIND_TITLES = {
 const KIND_HINTS = {
   weight: 'the layer’s weight tensor',
   weight_grad: 'gradient of the loss with respect to the weight',
+  bias: 'the layer’s bias vector',
+  bias_grad: 'gradient of the loss with respect to the bias',
   output: 'what the layer returns for one sample of the batch',
   activation: 'the activation recorded for one sample of the batch',
   grad: 'gradient of the loss with respect to the layer’s output, for one sample',

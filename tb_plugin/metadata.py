@@ -30,13 +30,15 @@ import json
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
-from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+from tensorboard.compat.proto import summary_pb2, types_pb2
 
 PLUGIN_NAME = "xray"
 CONTENT_VERSION = 1
 
 #: What can be recorded for a layer, in display order.
-KINDS = ("weight", "weight_grad", "output", "activation", "grad")
+KINDS = ("weight", "weight_grad", "bias", "bias_grad", "output", "activation", "grad")
+#: Kinds that are a parameter of the layer or its ``.grad``: ``{kind: (parameter name, is_grad)}``.
+PARAMETER_KINDS = {"weight": ("weight", False), "weight_grad": ("weight", True), "bias": ("bias", False), "bias_grad": ("bias", True)}
 #: Kinds that hold a batch dimension (one value per sample of the batch).
 BATCH_KINDS = ("output", "activation", "grad")
 
@@ -119,7 +121,21 @@ def parse_stat_tag(tag: str) -> Optional[tuple[str, str, str]]:
 
 def stats_values(layer: str, kind: str, stats: dict[str, float]) -> list[summary_pb2.Summary.Value]:
     """Plain TensorBoard scalars (``simple_value``) for a frame's statistics."""
-    return [summary_pb2.Summary.Value(tag=stat_tag(layer, kind, name), simple_value=float(value)) for name, value in stats.items()]
+    summary = summary_pb2.Summary()
+    add_stats(summary, layer, kind, stats)
+    return list(summary.value)
+
+
+def add_stats(summary: summary_pb2.Summary, layer: str, kind: str, stats: dict[str, float]) -> None:
+    """Append a frame's statistics to ``summary`` as plain scalars (``simple_value``)."""
+    tags = _stat_tags(layer, kind)
+    for name, value in stats.items():
+        summary.value.add(tag=tags[name], simple_value=value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _stat_tags(layer: str, kind: str) -> dict[str, str]:
+    return {name: stat_tag(layer, kind, name) for name in STATS}
 
 
 def module_types(architecture: Optional[dict]) -> dict[str, Optional[str]]:
@@ -166,31 +182,56 @@ def parse_plugin_content(content: bytes) -> Optional[dict[str, Any]]:
     return parsed
 
 
-def _blob_value(tag: str, content: dict[str, Any], blobs: Sequence[bytes]) -> summary_pb2.Summary.Value:
-    """A summary value holding ``blobs`` as a rank-1 string tensor (the blob-sequence layout)."""
-    tensor = tensor_pb2.TensorProto(
-        dtype=types_pb2.DT_STRING,
-        tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=len(blobs))]),
-        string_val=list(blobs),
-    )
-    return summary_pb2.Summary.Value(tag=tag, metadata=create_summary_metadata(content), tensor=tensor)
+def _add_blobs(summary: summary_pb2.Summary, tag: str, metadata: summary_pb2.SummaryMetadata, blobs: Sequence[bytes]) -> None:
+    """Append a value holding ``blobs`` as a rank-1 string tensor (the blob-sequence layout), built
+    in place so that the blobs are copied once."""
+    value = summary.value.add(tag=tag)
+    value.metadata.CopyFrom(metadata)
+    value.tensor.dtype = types_pb2.DT_STRING
+    value.tensor.tensor_shape.dim.add(size=len(blobs))
+    value.tensor.string_val.extend(blobs)
+
+
+def add_frame(summary: summary_pb2.Summary, header: FrameHeader, values: np.ndarray) -> None:
+    """Append one frame to ``summary``: its header and its selected values."""
+    tag, metadata = _frame_tag_and_metadata(header.name, header.kind)
+    _add_blobs(summary, tag, metadata, [header.to_json(), encode_array(values)])
 
 
 def frame_value(header: FrameHeader, values: np.ndarray) -> summary_pb2.Summary.Value:
-    """A summary value holding one frame: its header and its selected values."""
-    content = {"type": "frame", "layer": header.name, "kind": header.kind}
-    return _blob_value(frame_tag(header.name, header.kind), content, [header.to_json(), encode_array(values)])
+    """A summary value holding one frame (see :func:`add_frame`)."""
+    summary = summary_pb2.Summary()
+    add_frame(summary, header, values)
+    return summary.value[0]
+
+
+@functools.lru_cache(maxsize=4096)
+def _frame_tag_and_metadata(name: str, kind: str) -> tuple[str, summary_pb2.SummaryMetadata]:
+    return frame_tag(name, kind), create_summary_metadata({"type": "frame", "layer": name, "kind": kind})
 
 
 def json_summary(tag: str, document: Any) -> summary_pb2.Summary:
     """A summary holding one JSON document under a meta tag (architecture or plan)."""
-    return summary_pb2.Summary(value=[_blob_value(tag, {"type": META_TAGS[tag]}, [json.dumps(document).encode("utf-8")])])
+    summary = summary_pb2.Summary()
+    _add_blobs(summary, tag, create_summary_metadata({"type": META_TAGS[tag]}), [json.dumps(document).encode("utf-8")])
+    return summary
 
 
 def encode_array(values: np.ndarray) -> bytes:
-    """``.npy`` bytes of an array (no pickling)."""
+    """``.npy`` bytes of an array of numbers (what ``np.save`` writes, without pickling)."""
+    values = np.asarray(values)
+    if values.dtype.hasobject:
+        raise ValueError("only arrays of numbers are stored")
+    header = _npy_header(values.dtype.str, values.shape)
+    if values.ndim and values.size and values.flags.c_contiguous:
+        return b"".join((header, memoryview(values).cast("B")))  # one copy
+    return header + values.tobytes(order="C")
+
+
+@functools.lru_cache(maxsize=4096)
+def _npy_header(descr: str, shape: tuple[int, ...]) -> bytes:
     buffer = io.BytesIO()
-    np.save(buffer, np.ascontiguousarray(values), allow_pickle=False)
+    np.lib.format.write_array_header_1_0(buffer, {"descr": descr, "fortran_order": False, "shape": shape})
     return buffer.getvalue()
 
 

@@ -11,7 +11,7 @@ from typing import Optional
 
 import numpy as np
 import torch
-from tensorboard.compat.proto import summary_pb2
+from tensorboard.compat.proto import event_pb2
 from torch import nn
 
 from tb_plugin import metadata
@@ -24,7 +24,7 @@ from xray_tb.statistics import as_float_array, frame_statistics
 
 #: Why a planned kind could not be recorded, by reason key.
 MISSING_REASONS = {
-    "weight_grad": "no .grad on the weight (call take_graphs() after loss.backward())",
+    "parameter_grad": "no .grad on the parameter (call take_graphs() after loss.backward())",
     "forward": "no forward pass ran with grad enabled while Xray's hooks were armed",
     "grad": "no gradient reached the output (call take_graphs() after loss.backward())",
 }
@@ -44,10 +44,11 @@ class CaptureReport:
 
 @dataclasses.dataclass
 class Capture:
-    """The summary values of one capture and the frames they hold, keyed by (layer name, kind)."""
+    """One capture as a single event to write (empty summary: nothing to write), and the frames it
+    holds, keyed by (layer name, kind)."""
 
     report: CaptureReport
-    values: list[summary_pb2.Summary.Value]
+    event: event_pb2.Event
     frames: dict[tuple[str, str], tuple[FrameHeader, np.ndarray]]
 
 
@@ -66,12 +67,19 @@ class CaptureContext:
 
 
 def capture(context: CaptureContext, step: int, wall_time: float) -> Capture:
-    """Frames and statistics of every planned kind that can be recorded now."""
-    result = Capture(CaptureReport(step), [], {})
+    """Frames and statistics of every planned kind that can be recorded now.
+
+    The summary is built in place in the event (each frame's values are copied into it once): this
+    runs inside the training loop.
+    """
+    result = Capture(CaptureReport(step), event_pb2.Event(step=int(step), wall_time=wall_time), {})
+    summary = result.event.summary
     measured: list[tuple[FrameHeader, torch.Tensor]] = []
+    names: dict[int, str] = {}  # repr of each selector, once per capture
     for layer, entry in context.plan.items():
         module = context.modules[layer]
         selector = entry.get("selector") or context.selector
+        selector_name = names.get(id(selector)) or names.setdefault(id(selector), repr(selector))
         for kind in metadata.KINDS:
             if not entry[kind]:
                 continue
@@ -80,18 +88,20 @@ def capture(context: CaptureContext, step: int, wall_time: float) -> Capture:
                 result.report.missing.append((layer, kind, reason))
             info = SelectionInfo(layer=layer, kind=kind, layer_type=type(module).__name__)
             for path, tensor in tensors:
-                header, values = make_frame(tensor, info=info, selector=selector, step=step, run_id=context.run_id, wall_time=wall_time, path=path)
+                header, values = make_frame(
+                    tensor, info=info, selector=selector, step=step, run_id=context.run_id, wall_time=wall_time, path=path, selector_name=selector_name
+                )
                 values = values.astype(context.storage_dtype, copy=False)
                 if result.report.bytes + values.nbytes > context.budget_bytes:
                     result.report.skipped.append((header.name, kind))
                     continue
-                result.values.append(metadata.frame_value(header, values))
+                metadata.add_frame(summary, header, values)
                 result.frames[(header.name, kind)] = (header, values)
                 measured.append((header, tensor))
                 result.report.frames += 1
                 result.report.bytes += values.nbytes
     for (header, _), stats in zip(measured, frame_statistics([tensor for _, tensor in measured])):
-        result.values.extend(metadata.stats_values(header.name, header.kind, stats))
+        metadata.add_stats(summary, header.name, header.kind, stats)
     return result
 
 
@@ -99,10 +109,12 @@ def _planned_tensors(
     context: CaptureContext, layer: str, kind: str, module: nn.Module
 ) -> tuple[list[tuple[str, torch.Tensor]], Optional[str]]:
     """The tensors to record for a layer's kind with their paths in the output, or why there are none."""
-    if kind in ("weight", "weight_grad"):
-        tensor = module.weight if kind == "weight" else module.weight.grad
+    if kind in metadata.PARAMETER_KINDS:
+        name, is_grad = metadata.PARAMETER_KINDS[kind]
+        tensor = getattr(module, name)
+        tensor = tensor.grad if is_grad else tensor
         if tensor is None:
-            return [], "weight_grad"
+            return [], "parameter_grad"
         return [("", tensor.to_dense() if tensor.is_sparse else tensor)], None
     source = context.activations[layer] if kind == "activation" else None
     kept = context.kept.get(source.tap if source else Tap(layer))
@@ -125,6 +137,7 @@ def make_frame(
     run_id: str,
     wall_time: float,
     path: str = "",
+    selector_name: Optional[str] = None,
 ) -> tuple[FrameHeader, np.ndarray]:
     """The header and float32 values of one frame.
 
@@ -146,7 +159,7 @@ def make_frame(
         dim=0 if batch_index is None else 1,
         indices=indices,
         batch_index=batch_index,
-        selector=repr(selector),
+        selector=repr(selector) if selector_name is None else selector_name,
         path=path,
     )
     return header, _kept_values(view, indices)
@@ -156,6 +169,6 @@ def _kept_values(view: torch.Tensor, indices: list[int]) -> np.ndarray:
     """A float32 copy of ``view`` at ``indices`` along its first axis, on the host."""
     if view.device.type == "cpu":
         values = as_float_array(view)
-        return np.array(values[indices] if view.dim() else values, dtype=np.float32)
+        return (values[indices] if view.dim() else values.copy()).astype(np.float32, copy=False)
     chosen = view.index_select(0, torch.tensor(indices, dtype=torch.long, device=view.device)) if view.dim() else view
     return chosen.to(device="cpu", dtype=torch.float32).numpy()

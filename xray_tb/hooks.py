@@ -74,7 +74,10 @@ class TapRecorder:
     def __init__(self, model: nn.Module, modules: dict[str, nn.Module], taps: set[Tap], copy: set[Tap], grads: set[Tap]):
         self.latest: dict[Tap, TapValue] = {}
         self._model = model
-        self._targets = {name: (modules[name], {tap.call for tap in taps if tap.module == name}) for name in sorted({t.module for t in taps})}
+        targets = {name: (modules[name], {tap.call for tap in taps if tap.module == name}) for name in sorted({t.module for t in taps})}
+        # Built once: arming for a due step only registers them.
+        self._hooks = [(module, _Hook(self._make_hook(name, wanted))) for name, (module, wanted) in targets.items()]
+        self._start_hook = _Hook(self._start_forward)
         self._copy, self._grads = copy, grads
         self._calls: dict[str, int] = {}
         self._handles: list[RemovableHandle] = []
@@ -86,11 +89,11 @@ class TapRecorder:
 
     def arm(self) -> None:
         """Register the hooks (no-op when armed or when there is nothing to tap)."""
-        if self.armed or not self._targets:
+        if self.armed or not self._hooks:
             return
-        self._handles.append(self._model.register_forward_pre_hook(_Hook(self._start_forward)))
-        for name, (module, wanted) in self._targets.items():
-            self._handles.append(module.register_forward_hook(_Hook(self._make_hook(name, wanted))))
+        self._handles.append(self._model.register_forward_pre_hook(self._start_hook))
+        for module, hook in self._hooks:
+            self._handles.append(module.register_forward_hook(hook))
 
     def disarm(self) -> None:
         """Remove the module hooks; what was kept stays until :meth:`clear`."""

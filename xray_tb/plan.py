@@ -14,7 +14,7 @@ from typing import Iterable, Mapping, Union
 import torch
 from torch import nn
 
-from tb_plugin.metadata import KINDS
+from tb_plugin.metadata import KINDS, PARAMETER_KINDS
 from xray_tb import graph
 from xray_tb.selectors import Selector
 
@@ -26,8 +26,8 @@ def _entry(**on: bool) -> dict[str, bool]:
     return {kind: bool(on.get(kind, False)) for kind in KINDS}
 
 
-def _has_weight(module: nn.Module) -> bool:
-    return isinstance(getattr(module, "weight", None), torch.Tensor)
+def _has_parameter(module: nn.Module, name: str) -> bool:
+    return isinstance(getattr(module, name, None), torch.Tensor)
 
 
 def draft_plan(index: graph.Graph) -> dict[str, dict[str, bool]]:
@@ -114,8 +114,13 @@ def plan_document(plan: dict) -> dict:
 
 
 def _check_kinds(layer: str, entry: dict[str, bool], index: graph.Graph, module: nn.Module) -> None:
-    if (entry["weight"] or entry["weight_grad"]) and not _has_weight(module):
-        raise ValueError(f"layer {layer!r} ({type(module).__name__}) has no weight; turn off 'weight' and 'weight_grad' for it")
+    for parameter in ("weight", "bias"):
+        kinds = [kind for kind, (name, _) in PARAMETER_KINDS.items() if name == parameter]
+        if any(entry[kind] for kind in kinds) and not _has_parameter(module, parameter):
+            hint = " (it was built with bias=False)" if parameter == "bias" and hasattr(module, "bias") else ""
+            raise ValueError(
+                f"layer {layer!r} ({type(module).__name__}) has no {parameter}{hint}; turn off {' and '.join(map(repr, kinds))} for it"
+            )
     if entry["activation"] and index.activation_source(layer) is None:
         raise ValueError(
             f"no activation directly follows layer {layer!r} in the dataflow; record its 'output' instead"

@@ -137,6 +137,11 @@ def check_selection(selection: object, selector: Selector, size: int) -> Sequenc
     name = type(selector).__name__
     if not isinstance(selection, Selection):
         raise ValueError(f"{name}.select must return a Selection, got {type(selection).__name__}")
+    if set(map(type, selection.indices)) <= {int}:  # the common case, checked without a Python loop
+        if selection.indices and (min(selection.indices) < 0 or max(selection.indices) >= size):
+            bad = [i for i in selection.indices if not 0 <= i < size]
+            raise ValueError(f"{name}.select returned indices {bad[:5]} outside the first axis of size {size}")
+        return selection.indices
     indices = []
     for index in selection.indices:
         if isinstance(index, bool) or not hasattr(index, "__index__"):

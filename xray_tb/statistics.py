@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -37,13 +39,22 @@ def as_float_array(tensor: torch.Tensor) -> np.ndarray:
 
 
 def _host_statistics(tensor: torch.Tensor) -> dict[str, float]:
+    # A few ufunc passes and no float64 copy: this runs once per frame, cold, inside a training loop.
+    # No BLAS either: np.dot would wake numpy's BLAS threads, which then spin beside the training loop.
     values = as_float_array(tensor).reshape(-1)
-    if values.size == 0:
+    size = values.size
+    if size == 0:
         return dict(zip(STATS, [float("nan")] * (len(STATS) - 1) + [0.0]))
     with np.errstate(all="ignore"):
-        std = float(values.std(ddof=1)) if values.size > 1 else 0.0
-        row = [float(values.mean(dtype=np.float64)), std, float(values.min()), float(values.max())]
-    return dict(zip(STATS, row + [float(values.size - np.count_nonzero(np.isfinite(values)))]))
+        mean = float(np.add.reduce(values, dtype=np.float64)) / size
+        std = 0.0
+        if size > 1:
+            deviation = np.subtract(values, mean)
+            std = (float(np.add.reduce(np.square(deviation, out=deviation), dtype=np.float64)) / (size - 1)) ** 0.5
+        low, high = float(np.minimum.reduce(values)), float(np.maximum.reduce(values))
+    # A float64 sum of float32 values cannot overflow, so a finite mean means every value is finite.
+    nonfinite = 0 if math.isfinite(mean) else size - int(np.count_nonzero(np.isfinite(values)))
+    return dict(zip(STATS, [mean, std, low, high, float(nonfinite)]))
 
 
 def _device_statistics(tensor: torch.Tensor) -> torch.Tensor:

@@ -6,19 +6,17 @@ import time
 from typing import Optional
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
-from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from xray_tb.checksums import use_fast_crc32c
-
-_FLUSH_SECS = 2  # how often Xray's own event file reaches the disk
+from xray_tb.event_file import EventFile
 
 
 class EventSink:
     """Writes summaries into a run directory.
 
     With ``writer`` (a ``torch.utils.tensorboard.SummaryWriter``), Xray's data lands in that writer's
-    event file, next to the user's scalars; the writer stays the user's to close. Otherwise an event
-    file is opened in ``logdir``, and closed by :meth:`close`.
+    event file, next to the user's scalars; the writer stays the user's to close. Otherwise Xray
+    writes an :class:`~xray_tb.event_file.EventFile` of its own in ``logdir``, closed by :meth:`close`.
     """
 
     def __init__(self, logdir: Optional[str] = None, writer=None):
@@ -28,23 +26,24 @@ class EventSink:
             self._owned = False
             self.logdir = writer.log_dir
         else:
-            self._file = EventFileWriter(logdir, flush_secs=_FLUSH_SECS)
+            self._file = EventFile(logdir)
             self._owned = True
             self.logdir = logdir
 
     def add(self, summary: summary_pb2.Summary, step: int, wall_time: Optional[float] = None) -> None:
         """Append one summary at ``step``."""
-        event = event_pb2.Event(step=int(step), wall_time=time.time() if wall_time is None else wall_time, summary=summary)
+        self.add_event(event_pb2.Event(step=int(step), wall_time=time.time() if wall_time is None else wall_time, summary=summary))
+
+    def add_event(self, event: event_pb2.Event) -> None:
+        """Append one event (with its step and wall time set)."""
         if self._owned:
             self._file.add_event(event)
         else:
             self._file.add_event(event, step=event.step, walltime=event.wall_time)
 
     def publish(self) -> None:
-        """Make what was added reach the file soon, without waiting when Xray owns the file (its
-        writer thread flushes every few seconds); a user's writer is flushed now."""
-        if not self._owned:
-            self.flush()
+        """Make what was added reach the file now, for TensorBoard to read."""
+        self.flush()
 
     def flush(self) -> None:
         """Write everything added so far to the file, waiting for it. A user's writer that was

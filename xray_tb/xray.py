@@ -12,7 +12,6 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 import torch
-from tensorboard.compat.proto import summary_pb2
 from torch import nn
 
 from tb_plugin import metadata
@@ -212,10 +211,9 @@ class Xray:
     def _arm_for(self, step: int) -> None:
         """Arm the hooks for the training forward of ``step`` when it is due (never in probe mode)."""
         recorder = self._resources.recorder
-        if self._probe is None and self.is_due(step):
-            recorder.arm()
-        else:
-            recorder.disarm()
+        due = self._probe is None and self.is_due(step)
+        if due != recorder.armed:  # checked first: this runs on every step
+            recorder.arm() if due else recorder.disarm()
 
     def _optimizer_stepped(self) -> None:
         self._next_step += 1
@@ -290,8 +288,8 @@ class Xray:
         )
         wall_time = time.time()
         result = capture(context, step, wall_time)
-        if result.values:
-            sink.add(summary_pb2.Summary(value=result.values), step=step, wall_time=wall_time)
+        if result.event.summary.value:
+            sink.add_event(result.event)
         self._last_frames = result.frames
         for name, kind in result.frames:
             self._records.setdefault(name, {}).setdefault(kind, []).append(step)

@@ -122,7 +122,7 @@ def test_xray_tab_draws_conv1_and_scrubs(tensorboard_url, page, tmp_path):
     expect(frame.locator("button.xray-layer.xray-selected")).to_have_attribute("data-layer", "conv1")
 
     # One section per recorded kind, in the documented order, each with its canvas and colour bar.
-    order = [k for k in ("weight", "weight_grad", "output", "activation", "grad") if k in kinds]
+    order = [k for k in ("weight", "weight_grad", "bias", "bias_grad", "output", "activation", "grad") if k in kinds]
     expect(frame.locator(HEATMAPS)).to_have_count(len(order))
     assert frame.locator(HEATMAPS).evaluate_all("(cs) => cs.map((c) => c.dataset.kind)") == order
     wait_frames_settled(frame)
@@ -428,3 +428,30 @@ def test_tensorboard_reload_refreshes_the_run_list(tensorboard_url, xray_logdir,
     page.locator("button.reload-button").click()
     expect(options).to_have_count(len(runs) + 1, timeout=10_000)
     expect(frame.locator("#xray-run")).to_have_value(RUN)
+
+
+def test_bias_and_its_gradient_are_drawn_with_their_values(tensorboard_url, xray_logdir, page):
+    """fc1 of the digits run records its bias and bias gradient (a vector each): both are drawn as one
+    row, and hovering an entry reads out the value the recorder stored."""
+    from xray_tb import open_run
+
+    frame = open_xray_tab(page, tensorboard_url)
+    show_layer(frame, RUN, "fc1")
+    wait_frames_settled(frame)
+    run = open_run(xray_logdir / RUN)
+    for kind, title in (("bias", "Bias"), ("bias_grad", "Bias gradient")):
+        section = frame.locator(f'section[data-kind="{kind}"]')
+        expect(section).to_contain_text(title)
+        expect(section.locator(".xray-kind-info")).to_contain_text("shape 64 · 64 of 64 selected")
+        canvas = section.locator(HEATMAPS)
+        expect(canvas).to_have_attribute("data-state", "ready")
+        stats = canvas.evaluate(CANVAS_STATS_JS)
+        assert stats["distinct"] >= 8, f"{kind}: {stats['distinct']} colours for 64 values"
+        values, _ = run.load("fc1", kind, int(stats["step"]))
+        box = canvas.bounding_box()
+        for entry in (5, 40):
+            canvas.hover(position={"x": (entry + 0.5) * box["width"] / 64, "y": box["height"] / 2})
+            readout = section.locator(".xray-readout")
+            expect(readout).to_contain_text(f"[0, {entry}] = ")
+            shown = float(readout.text_content().rsplit("= ", 1)[1])
+            assert math.isclose(shown, float(values[entry]), rel_tol=1e-3, abs_tol=1e-6), (kind, entry, shown, float(values[entry]))

@@ -99,7 +99,7 @@ def test_architecture_and_plan(client):
     code, architecture = get(client, "/architecture", run="run_a")
     assert code == 200 and [n["module"] for n in architecture["nodes"] if n["kind"] == "module"] == ["0", "1", "2", "3"]
     code, plan = get(client, "/plan", run="run_a")
-    assert code == 200 and plan["3"] == {"weight": True, "weight_grad": False, "output": True, "activation": False, "grad": False}
+    assert code == 200 and plan["3"] == {"weight": True, "weight_grad": False, "bias": False, "bias_grad": False, "output": True, "activation": False, "grad": False}
 
 
 def decode_panels(body):

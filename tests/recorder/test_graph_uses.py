@@ -68,7 +68,7 @@ def test_conv_bn_relu_draft_and_activation(tmp_path):
     torch.manual_seed(0)
     model, x = models.ConvBnRelu(), models.ConvBnRelu.example_input()
     with Xray(model, x, logdir=str(tmp_path)) as xray:
-        assert xray.plan["features.0"] == {"weight": False, "weight_grad": False, "output": True, "activation": True, "grad": False}
+        assert xray.plan["features.0"] == {"weight": False, "weight_grad": False, "bias": False, "bias_grad": False, "output": True, "activation": True, "grad": False}
         model(x).sum().backward()
         xray.take_graphs(0)
         values, header = xray.load("features.0", "activation", 0)

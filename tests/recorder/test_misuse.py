@@ -149,3 +149,11 @@ def test_input_size_follows_the_models_dtype(tmp_path):
     model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)).double()
     with Xray(model, input_size=(3,), logdir=str(tmp_path)) as xray:
         assert xray.architecture["nodes"][0]["out_shapes"] == [[2, 3]]
+
+
+def test_bias_of_a_layer_built_without_one_is_refused(tmp_path):
+    model = nn.Sequential(nn.Linear(4, 3, bias=False), nn.ReLU())
+    with Xray(model, input_size=(4,), logdir=str(tmp_path), plan={"0": {"weight": True}}) as xray:
+        with pytest.raises(ValueError, match=r"'0' \(Linear\) has no bias \(it was built with bias=False\); turn off 'bias' and 'bias_grad'"):
+            xray.set_plan({"0": {"weight": True, "bias": True}})
+        assert xray.plan["0"]["weight"] and not xray.plan["0"]["bias"]

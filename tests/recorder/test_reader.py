@@ -104,7 +104,7 @@ def test_frames_are_in_step_order(recorded):
     [
         (("zcnov", "weight", 0), "has no layer 'zcnov'; did you mean 'zconv'?; recorded layers: zconv, alinear"),
         (("relu", "weight", 0), "has no layer 'relu'; recorded layers: zconv, alinear"),
-        (("zconv", "weights", 0), "unknown kind 'weights'; valid kinds: weight, weight_grad, output, activation, grad"),
+        (("zconv", "weights", 0), "unknown kind 'weights'; valid kinds: weight, weight_grad, bias, bias_grad, output, activation, grad"),
         (("alinear", "output", 0), "layer 'alinear' has no 'output' frames; recorded kinds: weight"),
         (("zconv", "weight", 5), "'zconv' 'weight' was not recorded at step 5; recorded steps: [0, 10, 20]"),
     ],

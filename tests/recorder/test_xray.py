@@ -31,7 +31,7 @@ class SmallCNN(nn.Module):
         return self.fc2(self.act(self.fc1(self.flatten(x))))
 
 
-FULL = {"weight": True, "weight_grad": True, "output": True, "activation": True, "grad": True}
+FULL = {"weight": True, "weight_grad": True, "bias": True, "bias_grad": True, "output": True, "activation": True, "grad": True}
 
 
 def batch(seed=0, n=5):
@@ -78,6 +78,14 @@ def test_frames_equal_parameters_outputs_and_autograd(model, tmp_path):
     torch.testing.assert_close(torch.from_numpy(values), model.conv.weight.detach()[header.indices])
     header, values = frames[("conv", "weight_grad", 7)]
     torch.testing.assert_close(torch.from_numpy(values), model.conv.weight.grad[header.indices])
+    for layer in ("conv", "fc1"):  # a bias is a vector, kept whole
+        bias = dict(model.named_modules())[layer].bias
+        header, values = frames[(layer, "bias", 7)]
+        assert header.original_shape == list(bias.shape) and header.indices == list(range(bias.numel()))
+        torch.testing.assert_close(torch.from_numpy(values), bias.detach())
+        torch.testing.assert_close(torch.from_numpy(frames[(layer, "bias_grad", 7)][1]), bias.grad)
+    # The bias gradient is the summed output gradient: checked against autograd, not just .grad.
+    torch.testing.assert_close(torch.from_numpy(frames[("conv", "bias_grad", 7)][1]), reference["conv"][1].sum(dim=(0, 2, 3)))
 
     out, grad = reference["conv"]
     for kind, expected in (("output", out), ("grad", grad)):
@@ -105,7 +113,8 @@ def test_same_indices_across_captures_and_kinds(model, tmp_path):
         xray.take_graphs()
     xray.close()
     frames, _ = read_xray_events(str(tmp_path))
-    indices = {frames[("conv", kind, step)][0].indices.__repr__() for kind in FULL for step in range(3)}
+    kinds = [kind for kind in FULL if not kind.startswith("bias")]  # a bias vector is kept whole
+    indices = {frames[("conv", kind, step)][0].indices.__repr__() for kind in kinds for step in range(3)}
     assert len(indices) == 1 and len(eval(indices.pop())) == 3
     assert sorted({key[2] for key in frames}) == [0, 1, 2]  # step=None counts captures
 
@@ -194,12 +203,12 @@ def test_writer_shares_the_users_run(model, tmp_path):
 def test_plan_draft_edit_and_aliases(model, tmp_path):
     xray = Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path))
     draft = xray.draft_plan()
-    assert draft["conv"] == {"weight": False, "weight_grad": False, "output": True, "activation": True, "grad": False}
+    assert draft["conv"] == {"weight": False, "weight_grad": False, "bias": False, "bias_grad": False, "output": True, "activation": True, "grad": False}
     assert draft["fc1"]["activation"] is True and draft["fc1"]["output"] is False
     assert draft["fc2"]["activation"] is False  # no activation follows the last layer
     assert not any(draft["pool"].values())
     xray.set_plan({"fc2": {"layer": True, "grad": True}})
-    assert xray.plan == {"fc2": {"weight": False, "weight_grad": False, "output": True, "activation": False, "grad": True}}
+    assert xray.plan == {"fc2": {"weight": False, "weight_grad": False, "bias": False, "bias_grad": False, "output": True, "activation": False, "grad": True}}
     xray.set_plan(["conv", "pool"])
     assert xray.plan["conv"] == draft["conv"] and xray.plan["pool"]["output"] is True
     xray.close()
@@ -210,8 +219,9 @@ def test_plan_draft_edit_and_aliases(model, tmp_path):
     [
         ({"conv1": {"output": True}}, ValueError, r"unknown layer 'conv1'; did you mean 'conv'"),
         ({"fc": {"output": True}}, ValueError, r"did you mean 'fc2', 'fc1'\?"),
-        ({"conv": {"activations": True}}, ValueError, r"unknown kind 'activations'.*valid kinds: weight, weight_grad, output, activation, grad"),
-        ({"pool": {"weight": True}}, ValueError, r"'pool' \(MaxPool2d\) has no weight"),
+        ({"conv": {"activations": True}}, ValueError, r"unknown kind 'activations'.*valid kinds: weight, weight_grad, bias, bias_grad, output, activation, grad"),
+        ({"pool": {"weight": True}}, ValueError, r"'pool' \(MaxPool2d\) has no weight; turn off 'weight' and 'weight_grad'"),
+        ({"pool": {"bias_grad": True}}, ValueError, r"'pool' \(MaxPool2d\) has no bias; turn off 'bias' and 'bias_grad'"),
         ({"fc2": {"activation": True}}, ValueError, r"no activation directly follows layer 'fc2'"),
         ({"": {"output": True}}, ValueError, r"root model is not a layer"),
         ("conv", TypeError, r"a plan is a dict"),
@@ -237,11 +247,11 @@ def test_bad_constructor_arguments(model, tmp_path):
 def test_take_graphs_before_backward_records_what_exists(model, tmp_path):
     xray = Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan={"conv": FULL})
     model(batch()[0])
-    with pytest.warns(UserWarning, match="did not record 'conv' weight_grad: no .grad on the weight"):
+    with pytest.warns(UserWarning, match="did not record 'conv' weight_grad, 'conv' bias_grad: no .grad on the parameter"):
         xray.take_graphs(0)
     xray.close()
     frames, _ = read_xray_events(str(tmp_path))
-    assert {kind for _, kind, _ in frames} == {"weight", "output", "activation"}
+    assert {kind for _, kind, _ in frames} == {"weight", "bias", "output", "activation"}
 
 
 def test_inplace_relu_output_is_the_pre_activation(tmp_path):
