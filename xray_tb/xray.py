@@ -246,10 +246,13 @@ class Xray:
                     "counts take_graphs() calls to know when to arm its hooks; call it every step (it returns None "
                     "when the step is not due), or pass optimizer= so Xray counts optimizer steps",
                 )
-        if not self.is_due(self._next_step if counted_by_optimizer else step):
+        checked = self._next_step if counted_by_optimizer else step
+        cached_step, due = self._due  # usually asked already, when the hooks were set for this step
+        if not (due if cached_step == checked else self.is_due(checked)):
+            # The common call, on every training step that is not due: keep it to a count.
             if not counted_by_optimizer:
                 self._next_step = step + 1
-                self._arm_for(self._next_step)
+                self._arm_for(step + 1)
             return None
         try:
             if self._probe is not None if probe is None else probe:

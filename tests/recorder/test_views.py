@@ -31,7 +31,7 @@ def run(tmp_path_factory):
     model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
     x, y = torch.randn(4, 1, 8, 8), torch.tensor([0, 1, 2, 0])
     logdir = tmp_path_factory.mktemp("run")
-    plan = {"0": {"weight": True, "output": True, "grad": True}, "3": {"weight": True, "weight_grad": True}}
+    plan = {"0": {"weight": True, "output": True, "grad": True}, "3": {"weight": True, "weight_grad": True, "bias": True}}
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     with Xray(model, x, logdir=str(logdir), plan=plan) as xray:
         for step in STEPS:
@@ -74,7 +74,8 @@ def test_show_frames_draws_every_layer_and_kind(run, tmp_path):
     titles = [axes.get_title() for axes in figure.axes if axes.get_title()]
     assert titles[0] == "0 · weight  step 2\n[4, 1, 3, 3] → 4 filters"
     assert "3 · weight_grad  step 2\n[3, 144] → 3 rows" in titles
-    assert len(titles) == 5  # 2 layers x 4 kinds, 3 cells empty
+    assert "3 · bias  step 2\n[3] → 3 values" in titles
+    assert len(titles) == 6  # 2 layers x 5 kinds, 4 cells empty
 
 
 def test_show_frames_without_save_returns_an_open_figure(run):
