@@ -41,13 +41,10 @@ class EventSink:
         else:
             self._file.add_event(event, step=event.step, walltime=event.wall_time)
 
-    def publish(self) -> None:
-        """Make what was added reach the file now, for TensorBoard to read."""
-        self.flush()
-
     def flush(self) -> None:
-        """Write everything added so far to the file, waiting for it. A user's writer that was
-        already closed is left alone (its owner flushed it when closing it)."""
+        """Write everything added so far to the file, for TensorBoard to read now (Xray's own file
+        has nothing pending). A user's writer that was already closed is left alone (its owner
+        flushed it when closing it)."""
         try:
             self._file.flush()
         except OSError:

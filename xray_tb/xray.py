@@ -262,7 +262,7 @@ class Xray:
             if self._last_step is not None and step <= self._last_step:
                 self._warn_once("step", f"take_graphs(step={step}) after step {self._last_step}: TensorBoard keeps one frame per step, steps should increase")
             self.last_report = self._record(sink, step)
-            sink.publish()
+            sink.flush()
             self._last_step = step
         finally:
             if not counted_by_optimizer:
