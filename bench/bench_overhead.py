@@ -7,6 +7,7 @@ Variants, each on the digits CNN and an MLP (CPU, batch 32):
   (a) idle       Xray(every=...) attached, take_graphs() called each step, no step due: not capturing
   (a') armed     Xray without a schedule (hooks armed on every forward), never capturing
   (b) every      Xray(every=100) with the drafted plan, take_graphs() each step: captures every 100
+  (b*) every-writer  the same, writing through a user's SummaryWriter (writer=) instead of logdir=
   (b+) every-all Xray(every=100) recording weight, weight_grad, output, activation (where one
                  follows) and grad of every conv and linear layer: the tensors (c) summarises, and more
   (b') manual    no schedule, drafted plan, `if step % 100 == 0: xray.take_graphs(step)`
@@ -44,13 +45,15 @@ from xray_tb import Xray  # noqa: E402
 from xray_tb.schedules import at  # noqa: E402
 
 EVERY = 100
-# variant: (schedule, record every kind of every conv and linear layer rather than the draft)
+# variant: (schedule, record every kind of every conv and linear layer rather than the draft, write
+# through a user's SummaryWriter rather than logdir=)
 XRAY_VARIANTS = {
-    "idle": (at([]), True),
-    "armed": (None, False),
-    "every": (EVERY, False),
-    "every-all": (EVERY, True),
-    "manual": (None, False),
+    "idle": (at([]), True, False),
+    "armed": (None, False, False),
+    "every": (EVERY, False, False),
+    "every-writer": (EVERY, False, True),
+    "every-all": (EVERY, True, False),
+    "manual": (None, False, False),
 }
 
 
@@ -85,8 +88,11 @@ class Loop:
         self.step = 0
         self.xray = self.writer = None
         if variant in XRAY_VARIANTS:
-            schedule, everything = XRAY_VARIANTS[variant]
-            self.xray = Xray(self.model, input_size=(1, 8, 8), logdir=logdir, every=schedule)
+            schedule, everything, shared = XRAY_VARIANTS[variant]
+            if shared:
+                self.writer = SummaryWriter(logdir)
+            where = {"writer": self.writer} if shared else {"logdir": logdir}
+            self.xray = Xray(self.model, input_size=(1, 8, 8), every=schedule, **where)
             if everything:
                 self.xray.set_plan(full_plan(self.xray))
         if variant == "histograms":
@@ -120,7 +126,7 @@ class Loop:
         due = self.step % EVERY == 0
         if not instrumented:
             pass
-        elif self.variant in ("idle", "every", "every-all"):
+        elif self.variant in ("idle", "every", "every-writer", "every-all"):
             self.xray.take_graphs()
         elif self.variant == "manual" and due:
             self.xray.take_graphs(self.step)
