@@ -88,6 +88,15 @@ def wait_frames_settled(frame):
     expect(frame.locator(f'{HEATMAPS}[data-state="ready"]').first).to_be_attached()
 
 
+def step_by_key(page, frame, key: str, step: int, kinds: int) -> None:
+    """Moves the scrubber with ``key`` and waits until ``step`` is shown with all ``kinds`` heatmaps drawn."""
+    frame.locator("#xray-layer-title").click()
+    page.keyboard.press(key)
+    expect(frame.locator("#xray-step-label")).to_have_text(f"step {step}")
+    wait_frames_settled(frame)
+    expect(frame.locator(f'{HEATMAPS}[data-state="ready"]')).to_have_count(kinds)
+
+
 def record_frame_requests(page, run) -> list[str]:
     """The URLs of the frame requests the page makes for ``run`` from now on (observed, not altered)."""
     urls: list[str] = []
@@ -369,11 +378,7 @@ def test_rewritten_run_is_fetched_again(tensorboard_url, xray_logdir, page):
     wait_frames_settled(frame)
     expect(frame.locator("#xray-step-label")).to_have_text(f"step {steps[-1]}")
     last = heatmap_stats(frame)
-    frame.locator("#xray-layer-title").click()
-    page.keyboard.press("ArrowLeft")
-    expect(frame.locator("#xray-step-label")).to_have_text(f"step {steps[-2]}")
-    wait_frames_settled(frame)
-    expect(frame.locator(f'{HEATMAPS}[data-state="ready"]')).to_have_count(len(last))
+    step_by_key(page, frame, "ArrowLeft", steps[-2], len(last))
     previous = heatmap_stats(frame)
 
     run_dir = xray_logdir / REWRITE
@@ -397,11 +402,7 @@ def test_rewritten_run_is_fetched_again(tensorboard_url, xray_logdir, page):
 
     # The last step was cached before the rewrite: it is fetched again, not drawn from the cache.
     count = len(fetched)
-    frame.locator("#xray-layer-title").click()
-    page.keyboard.press("ArrowRight")
-    expect(frame.locator("#xray-step-label")).to_have_text(f"step {steps[-1]}")
-    wait_frames_settled(frame)
-    expect(frame.locator(f'{HEATMAPS}[data-state="ready"]')).to_have_count(len(last))
+    step_by_key(page, frame, "ArrowRight", steps[-1], len(last))
     assert len(fetched) > count, "the last step was drawn from frames cached before the rewrite"
     again = heatmap_stats(frame)
     assert any(again[k]["hash"] != last[k]["hash"] for k in last)
