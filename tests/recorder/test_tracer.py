@@ -334,23 +334,14 @@ def test_module_never_called_is_absent() -> None:
     assert not any("unused" in json.dumps(part) for part in arch.values())
 
 
+#: The modules LeNetDigits calls, in order.
+LENET_CALLS = ["conv1", "relu1", "pool1", "conv2", "relu2", "pool2", "flatten", "fc1", "relu3", "fc2", "relu4", "fc3"]
+
+
 def test_lenet_digits_activation_follows_each_layer() -> None:
     model, arch = _traced(models.LeNetDigits)
     modules = [node["module"] for node in arch["nodes"] if node["kind"] == "module"]
-    assert modules == [
-        "conv1",
-        "relu1",
-        "pool1",
-        "conv2",
-        "relu2",
-        "pool2",
-        "flatten",
-        "fc1",
-        "relu3",
-        "fc2",
-        "relu4",
-        "fc3",
-    ]
+    assert modules == LENET_CALLS
     following = {layer: _targets(arch, f"module:{layer}:0") for layer in ("conv1", "conv2", "fc1", "fc2")}
     assert following == {
         "conv1": ["module:relu1:0"],
@@ -550,22 +541,7 @@ def test_summary_table_lists_nodes_in_order_with_totals() -> None:
     lines = table.splitlines()
     assert lines[0].split() == ["Layer", "Type", "/", "op", "Output", "shape", "Params"]
     rows = [line.split()[0] for line in lines[2:-4]]
-    assert rows == [
-        "input:0",
-        "conv1",
-        "relu1",
-        "pool1",
-        "conv2",
-        "relu2",
-        "pool2",
-        "flatten",
-        "fc1",
-        "relu3",
-        "fc2",
-        "relu4",
-        "fc3",
-        "output:0",
-    ]
+    assert rows == ["input:0", *LENET_CALLS, "output:0"]
     assert f"Total params (called modules): {sum(p.numel() for p in model.parameters()):,}" in lines
     assert "Nodes: 14 (1 input, 12 module calls, 0 functions, 1 output)" in lines
 
