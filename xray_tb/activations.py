@@ -37,8 +37,19 @@ FUNCTIONAL_ACTIVATIONS: dict[str, tuple] = {
 }
 
 
+#: How the tracer writes non-finite floats into JSON (see :mod:`xray_tb.tracer`), back to their values.
+_NON_FINITE = {"inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}
+
+
 def recompute(op: str, kwargs: dict, tensor: torch.Tensor) -> torch.Tensor:
-    """``op(tensor)`` with the traced arguments that matter (see :data:`FUNCTIONAL_ACTIVATIONS`)."""
+    """``op(tensor)`` with the traced arguments that matter (see :data:`FUNCTIONAL_ACTIVATIONS`);
+    non-finite numbers, stored by the tracer as ``"inf"``, ``"-inf"`` and ``"nan"``, are passed as
+    the floats they were."""
     function, names = FUNCTIONAL_ACTIVATIONS[op]
+    arguments = {name: _argument(kwargs[name]) for name in names if name in kwargs}
     with torch.no_grad():
-        return function(tensor, **{name: kwargs[name] for name in names if name in kwargs})
+        return function(tensor, **arguments)
+
+
+def _argument(value):
+    return _NON_FINITE.get(value, value) if isinstance(value, str) else value

@@ -27,19 +27,27 @@ MISSING_REASONS = {
     "parameter_grad": "no .grad on the parameter (call take_graphs() after loss.backward())",
     "forward": "no forward pass ran with grad enabled while Xray's hooks were armed",
     "grad": "no gradient reached the output (call take_graphs() after loss.backward())",
+    "overwritten": (
+        "the output was written in place after the layer returned it (through a view, say), so it no longer holds "
+        "what the layer returned; Xray copies it from the next capture on"
+    ),
 }
 
 
 @dataclasses.dataclass
 class CaptureReport:
     """What one capture wrote: frames, bytes of values, frames skipped for the byte budget, and
-    planned kinds that could not be recorded, as ``(layer, kind, reason)``."""
+    planned kinds that could not be recorded, as ``(layer, kind, reason)``: a key of
+    :data:`MISSING_REASONS`, or ``"failed: <error>"`` when recording that kind raised (every other
+    frame of the capture is still written)."""
 
     step: int
     frames: int = 0
     bytes: int = 0
     skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     missing: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    #: Taps whose kept output was written in place after the layer returned it.
+    overwritten: set[Tap] = dataclasses.field(default_factory=set)
 
 
 @dataclasses.dataclass
@@ -59,6 +67,7 @@ class CaptureContext:
     plan: dict[str, dict]
     modules: dict[str, nn.Module]
     kept: dict[Tap, TapValue]
+    kept_errors: dict[Tap, str]
     activations: dict[str, ActivationSource]
     selector: Selector
     storage_dtype: type
@@ -83,15 +92,12 @@ def capture(context: CaptureContext, step: int, wall_time: float) -> Capture:
         for kind in metadata.KINDS:
             if not entry[kind]:
                 continue
-            tensors, reason = _planned_tensors(context, layer, kind, module)
-            if reason:
-                result.report.missing.append((layer, kind, reason))
-            info = SelectionInfo(layer=layer, kind=kind, layer_type=type(module).__name__)
-            for path, tensor in tensors:
-                header, values = make_frame(
-                    tensor, info=info, selector=selector, step=step, run_id=context.run_id, wall_time=wall_time, path=path, selector_name=selector_name
-                )
-                values = values.astype(context.storage_dtype, copy=False)
+            try:
+                frames = _kind_frames(context, result.report, layer, kind, module, selector, selector_name, step, wall_time)
+            except Exception as error:  # noqa: BLE001 - one layer's failure must not cost the capture or the training
+                result.report.missing.append((layer, kind, f"failed: {type(error).__name__}: {error}"))
+                continue
+            for header, values, tensor in frames:
                 if result.report.bytes + values.nbytes > context.budget_bytes:
                     result.report.skipped.append((header.name, kind))
                     continue
@@ -100,15 +106,47 @@ def capture(context: CaptureContext, step: int, wall_time: float) -> Capture:
                 measured.append((header, tensor))
                 result.report.frames += 1
                 result.report.bytes += values.nbytes
-    for (header, _), stats in zip(measured, frame_statistics([tensor for _, tensor in measured])):
+    try:
+        statistics = frame_statistics([tensor for _, tensor in measured])
+    except Exception as error:  # noqa: BLE001 - the frames are worth writing without their statistics
+        statistics = []
+        result.report.missing.extend((h.name, h.kind, f"failed: statistics: {type(error).__name__}: {error}") for h, _ in measured)
+    for (header, _), stats in zip(measured, statistics):
         metadata.add_stats(summary, header.name, header.kind, stats)
     return result
 
 
+def _kind_frames(
+    context: CaptureContext,
+    report: CaptureReport,
+    layer: str,
+    kind: str,
+    module: nn.Module,
+    selector: Selector,
+    selector_name: str,
+    step: int,
+    wall_time: float,
+) -> list[tuple[FrameHeader, np.ndarray, torch.Tensor]]:
+    """Every frame of one layer's kind, all or none (a failure part-way adds nothing); what could not
+    be recorded goes to ``report``."""
+    tensors, reason = _planned_tensors(context, report, layer, kind, module)
+    if reason:
+        report.missing.append((layer, kind, reason))
+    info = SelectionInfo(layer=layer, kind=kind, layer_type=type(module).__name__)
+    frames = []
+    for path, tensor in tensors:
+        header, values = make_frame(
+            tensor, info=info, selector=selector, step=step, run_id=context.run_id, wall_time=wall_time, path=path, selector_name=selector_name
+        )
+        frames.append((header, values.astype(context.storage_dtype, copy=False), tensor))
+    return frames
+
+
 def _planned_tensors(
-    context: CaptureContext, layer: str, kind: str, module: nn.Module
+    context: CaptureContext, report: CaptureReport, layer: str, kind: str, module: nn.Module
 ) -> tuple[list[tuple[str, torch.Tensor]], Optional[str]]:
-    """The tensors to record for a layer's kind with their paths in the output, or why there are none."""
+    """The tensors to record for a layer's kind with their paths in the output, or why there are none
+    (or why some are missing: a gradient that never reached one output of several)."""
     if kind in metadata.PARAMETER_KINDS:
         name, is_grad = metadata.PARAMETER_KINDS[kind]
         tensor = getattr(module, name)
@@ -117,11 +155,19 @@ def _planned_tensors(
             return [], "parameter_grad"
         return [("", tensor.to_dense() if tensor.is_sparse else tensor)], None
     source = context.activations[layer] if kind == "activation" else None
-    kept = context.kept.get(source.tap if source else Tap(layer))
+    tap = source.tap if source else Tap(layer)
+    kept = context.kept.get(tap)
     if kept is None:
-        return [], "forward"
+        return [], context.kept_errors.get(tap, "forward")
     if kind == "grad":
-        return (list(kept.grads.items()), None) if kept.grads else ([], "grad")
+        arrived = [(path, kept.grads[path]) for path in kept.expected_grads if path in kept.grads]
+        if not arrived:
+            return [], "grad"
+        report.missing.extend((layer + path, kind, "grad") for path in kept.expected_grads if path not in kept.grads)
+        return arrived, None
+    if any(kept.overwritten(path) for path in kept.outputs):
+        report.overwritten.add(tap)
+        return [], "overwritten"
     if source is not None and source.op is not None:
         path, tensor = next(iter(kept.outputs.items()))
         return [(path, recompute(source.op, dict(source.kwargs), tensor))], None

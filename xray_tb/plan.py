@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 from typing import Iterable, Mapping, Union
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -104,6 +105,8 @@ def _parse_entry(layer: str, kinds: object) -> dict:
                 f"unknown kind {kind!r} for layer {layer!r}; valid kinds: {', '.join(KINDS)} "
                 "('layer' means 'output'; 'selector' takes a Selector)"
             )
+        if not isinstance(on, (bool, np.bool_)):
+            raise ValueError(f"plan[{layer!r}][{kind!r}] must be True or False, got {type(on).__name__} {on!r}")
         entry[name] = bool(on)
     return entry
 

@@ -15,9 +15,10 @@ import torch
 from torch import nn
 
 from tb_plugin import metadata
-from xray_tb import graph, views
+from xray_tb import arguments, graph, views
 from xray_tb import plan as plans
 from xray_tb.capture import MISSING_REASONS, CaptureContext, CaptureReport, capture
+from xray_tb.health import HealthMixin, HealthOptions
 from xray_tb.hooks import TapRecorder, _Hook
 from xray_tb.probe import run_probe
 from xray_tb.reader import RecordedRun, open_run
@@ -29,7 +30,6 @@ from xray_tb.writer import EventSink
 
 #: Default cap on the bytes of frame values one capture writes (16 MiB).
 DEFAULT_BUDGET_BYTES = 16 * 2**20
-_STORAGE_DTYPES = {"float32": np.float32, "float16": np.float16}
 
 
 class _Resources:
@@ -39,8 +39,12 @@ class _Resources:
         self.sink: Optional[EventSink] = sink
         self.recorder: Optional[TapRecorder] = None
         self.step_hook = None
+        self.health = None  # the training-health monitor (xray_tb.health), closed before the sink
 
     def release(self) -> None:
+        if self.health is not None:
+            self.health, health = None, self.health
+            health.close()
         for removable in (self.recorder, self.step_hook):
             if removable is not None:
                 removable.remove()
@@ -50,7 +54,7 @@ class _Resources:
             self.sink = None
 
 
-class Xray:
+class Xray(HealthMixin):
     """Records weights, outputs, activations and gradients of a model's layers for TensorBoard.
 
     Args:
@@ -75,6 +79,8 @@ class Xray:
         dtype: ``"float32"`` (default) or ``"float16"`` for the stored values.
         budget_bytes: cap on the bytes of values one capture writes; frames beyond it are skipped
             and reported in :attr:`last_report`.
+        health: training health (gradient statistics every iteration, dead units, findings, ...):
+            True (default), False to switch it off, or ``HealthOptions(...)`` to thin it.
     """
 
     def __init__(
@@ -93,25 +99,30 @@ class Xray:
         loss_fn: Optional[Callable] = None,
         dtype: Union[str, torch.dtype] = "float32",
         budget_bytes: int = DEFAULT_BUDGET_BYTES,
+        health: Union[bool, HealthOptions] = True,
     ):
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        arguments.model(model)
+        logdir, writer = arguments.logdir(logdir), arguments.writer(writer)
+        arguments.optimizer(optimizer)
+        selector = arguments.selector(selector)
         if logdir is not None and writer is not None:
             raise ValueError("give either logdir= or writer=, not both")
         if logdir is None and writer is None:
             raise ValueError("give logdir='runs/<name>' or writer=SummaryWriter(...) so Xray knows where to write")
-        self._storage_dtype = _storage_dtype(dtype)
+        self._storage_dtype = arguments.storage_dtype(dtype)
         if isinstance(budget_bytes, bool) or not hasattr(budget_bytes, "__index__") or operator.index(budget_bytes) <= 0:
-            raise ValueError(f"budget_bytes must be a positive number of bytes, got {budget_bytes!r}")
+            raise ValueError(f"budget_bytes must be a positive number of bytes (a whole number), got {budget_bytes!r}")
         self._schedule = as_schedule(every)
         self._due: tuple[Optional[int], bool] = (None, False)  # the schedule's last answer, by step
         if optimizer is not None and self._schedule is None:
             raise ValueError("optimizer= counts steps for a schedule; give every= too")
-        self._probe = _probe_batch(probe)
+        if loss_fn is not None and not callable(loss_fn):
+            raise TypeError(f"loss_fn= is called as loss_fn(output, y) on the probe batch; got {type(loss_fn).__name__} {loss_fn!r}")
+        self._probe = arguments.probe_batch(probe)
         self._loss_fn = loss_fn
-        args, kwargs = _example_inputs(model, example_input, input_size)
+        args, kwargs = arguments.example_inputs(model, example_input, input_size)
         self._model = model
-        self.architecture: dict = trace(model, args, kwargs)
+        self.architecture: dict = _trace(model, args, kwargs)
         self._graph = graph.Graph(self.architecture)
         self.run_id = uuid.uuid4().hex
         self._selector = selector if selector is not None else RandomFilters()
@@ -134,6 +145,7 @@ class Xray:
             self._resources.step_hook = optimizer.register_step_post_hook(_step_counter(weakref.ref(self)))
         self._sink.add(metadata.json_summary(metadata.ARCHITECTURE_TAG, self.architecture), step=0)
         self._install(*first_plan)
+        self._start_health(health, optimizer)
 
     @property
     def _sink(self) -> EventSink:
@@ -187,6 +199,7 @@ class Xray:
     def _install(self, normalized: dict, activations: dict, recorder: TapRecorder, modules: dict) -> None:
         """Record by a prepared plan from now on, and write it to the run."""
         if self._resources.recorder is not None:
+            recorder.owner = self._resources.recorder.owner  # the same training thread
             self._resources.recorder.remove()
         self._resources.recorder, self._plan, self._activations, self._modules = recorder, normalized, activations, modules
         self._arm_for(self._next_step)
@@ -234,11 +247,13 @@ class Xray:
             The step recorded, or None when the schedule says the step is not due.
         """
         sink = self._sink
+        if step is not None:
+            step = arguments.step(step)  # refused before anything changes
+        self._resources.recorder.claim()  # the thread that calls take_graphs() trains
         counted_by_optimizer = self._resources.step_hook is not None
         if step is None:
             step = self._next_step
         elif not counted_by_optimizer:
-            step = int(step)
             if self._schedule is not None and step != self._next_step and self._last_step is not None:
                 self._warn_once(
                     "skipped calls",
@@ -247,6 +262,8 @@ class Xray:
                     "when the step is not due), or pass optimizer= so Xray counts optimizer steps",
                 )
         checked = self._next_step if counted_by_optimizer else step
+        if not counted_by_optimizer:
+            self._health_iteration(step)  # every call is an iteration (with optimizer=, its step pre-hook)
         cached_step, due = self._due  # usually asked already, when the hooks were set for this step
         if not (due if cached_step == checked else self.is_due(checked)):
             # The common call, on every training step that is not due: keep it to a count.
@@ -262,6 +279,7 @@ class Xray:
             if self._last_step is not None and step <= self._last_step:
                 self._warn_once("step", f"take_graphs(step={step}) after step {self._last_step}: TensorBoard keeps one frame per step, steps should increase")
             self.last_report = self._record(sink, step)
+            self._health_capture(step)
             sink.flush()
             self._last_step = step
         finally:
@@ -283,6 +301,7 @@ class Xray:
             plan=self._plan,
             modules=self._modules,
             kept=self._resources.recorder.latest,
+            kept_errors=self._resources.recorder.errors,
             activations=self._activations,
             selector=self._selector,
             storage_dtype=self._storage_dtype,
@@ -294,6 +313,8 @@ class Xray:
         if result.event.summary.value:
             sink.add_event(result.event)
         self._last_frames = result.frames
+        for tap in result.report.overwritten:
+            self._resources.recorder.copy_from_now_on(tap)
         for name, kind in result.frames:
             self._records.setdefault(name, {}).setdefault(kind, []).append(step)
         self._warn_about(result.report)
@@ -305,7 +326,7 @@ class Xray:
         self._warned.update(new)
         for reason in dict.fromkeys(reason for _, _, reason in new):
             which = ", ".join(f"{layer!r} {kind}" for layer, kind, why in new if why == reason)
-            warnings.warn(f"take_graphs(step={report.step}) did not record {which}: {MISSING_REASONS[reason]}", stacklevel=4)
+            warnings.warn(f"take_graphs(step={report.step}) did not record {which}: {MISSING_REASONS.get(reason, reason)}", stacklevel=4)
         if report.skipped:
             skipped = ", ".join(f"{name}/{kind}" for name, kind in report.skipped)
             warnings.warn(
@@ -391,38 +412,13 @@ def _step_counter(xray_ref: "weakref.ref[Xray]") -> _Hook:
     return _Hook(count)
 
 
-def _storage_dtype(dtype: Union[str, torch.dtype]) -> type:
-    name = str(dtype).replace("torch.", "")
-    if name not in _STORAGE_DTYPES:
-        raise ValueError(f"dtype= stores values as 'float32' or 'float16', got {dtype!r}")
-    return _STORAGE_DTYPES[name]
-
-
-def _probe_batch(probe: Any) -> Optional[tuple[tuple, Any]]:
-    """``(inputs, target)`` of a probe given as ``x`` or ``(x, y)``."""
-    if probe is None:
-        return None
-    if isinstance(probe, (tuple, list)) and len(probe) == 2:
-        inputs, target = probe
-    else:
-        inputs, target = probe, None
-    return (tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)), target
-
-
-def _example_inputs(model: nn.Module, example_input: Any, input_size: Optional[Sequence[int]]) -> tuple[tuple, dict]:
-    """Positional and keyword inputs for tracing."""
-    if (example_input is None) == (input_size is None):
-        raise ValueError("give exactly one of example_input= (a batch the model accepts) or input_size= (one sample's shape)")
-    if input_size is not None:
-        try:
-            shape = tuple(int(d) for d in input_size)
-        except (TypeError, ValueError):
-            raise ValueError(f"input_size is one sample's shape without the batch, e.g. (1, 28, 28); got {input_size!r}") from None
-        reference = next((p for p in model.parameters() if p.is_floating_point()), None)
-        batch = torch.randn(2, *shape, generator=torch.Generator().manual_seed(0))  # leaves the global RNG alone
-        return (batch.to(reference.device, reference.dtype) if reference is not None else batch,), {}
-    if isinstance(example_input, dict):
-        return (), dict(example_input)
-    if isinstance(example_input, tuple):
-        return example_input, {}
-    return (example_input,), {}
+def _trace(model: nn.Module, args: tuple, kwargs: dict) -> dict:
+    """The traced architecture; a forward that fails says so, with the shapes it was given."""
+    try:
+        return trace(model, args, kwargs)
+    except Exception as error:
+        raise ValueError(
+            f"tracing the model failed with the example input of shape {arguments.describe_inputs(args, kwargs)}: "
+            f"{type(error).__name__}: {error}. Give example_input= a batch the model accepts (model(example_input) must "
+            "run), or input_size= one sample's shape"
+        ) from error

@@ -62,16 +62,20 @@ class FailsOnSecondLayer(Selector):
         return Selection(tuple(range(tensor.shape[0])))
 
 
-def test_a_failing_capture_records_nothing_and_keeps_hooks(model, tmp_path):
+def test_a_failing_layer_costs_its_own_frame_only(model, tmp_path):
     xray = Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan={"conv": {"output": True}, "fc1": {"output": True}}, selector=FailsOnSecondLayer())
-    train_step(model, *batch())
-    with pytest.raises(RuntimeError, match="selector bug"):
-        xray.take_graphs(0)
-    assert xray.records() == {}
+    for step in range(2):
+        train_step(model, *batch(step))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert xray.take_graphs(step) == step
+        assert xray.last_report.missing == [("fc1", "output", "failed: RuntimeError: selector bug")]
+        assert len([w for w in caught if "selector bug" in str(w.message)]) == (1 if step == 0 else 0)  # warned once
+    assert xray.records() == {"conv": {"output": [0, 1]}}
     assert any(m._forward_hooks for m in model.modules())  # still armed for the next step
     xray.close()
     frames, _ = read_xray_events(str(tmp_path))
-    assert frames == {}
+    assert set(frames) == {("conv", "output", 0), ("conv", "output", 1)}
 
 
 def test_missing_kinds_are_reported_per_layer(model, tmp_path):
