@@ -35,7 +35,7 @@ class EventFile:
     def __init__(self, logdir: str):
         use_fast_crc32c()
         os.makedirs(logdir, exist_ok=True)
-        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_counter)}{FILE_SUFFIX}"
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_counter):06d}{FILE_SUFFIX}"
         self.path = os.path.join(logdir, name)
         self._file = open(self.path, "wb", buffering=0)
         self.add_event(event_pb2.Event(wall_time=time.time(), file_version=_FILE_VERSION))

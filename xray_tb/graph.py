@@ -75,9 +75,13 @@ class Graph:
         return None
 
     def overwritten_in_place(self, tap: Tap) -> bool:
-        """Whether an op after ``tap`` modifies its output in place (so a capture must copy it)."""
+        """Whether something after ``tap`` modifies its output in place, so a capture must copy it:
+        an in-place op or module that consumes it directly, or any write the trace saw through its
+        version counter (a view of it written in place, a later module call writing into it)."""
         node = self._calls.get((tap.module, tap.call))
-        return node is not None and any(_is_inplace(n) for n in self._successors[node["id"]])
+        if node is None:
+            return False
+        return bool(node.get("mutated_after")) or any(_is_inplace(n) for n in self._successors[node["id"]])
 
 
 def _is_activation(node: dict) -> bool:

@@ -23,7 +23,15 @@ Schema
   at top level.
 - Module-call nodes add ``module`` (its name), ``type`` (class name), ``call`` (0, 1, ...: the
   n-th call of that module in this forward), ``params`` (parameter count of the module,
-  recursively) and, for modules with a boolean ``inplace`` attribute, ``inplace``.
+  recursively; type and count are taken when the call returns, so a lazy module has its
+  materialised class, ``Linear`` for ``LazyLinear``, and parameters), for modules with a
+  boolean ``inplace`` attribute, ``inplace``, and
+  ``mutated_after: true`` (absent otherwise) when one of the call's output tensors was written
+  in place after the call returned, before the forward ended: by an in-place op or module on it
+  or on any view of it (``y.t().mul_(0)``, ``y.view(-1)[0:3] = 7``, ``y[:, 0].zero_()``), inside
+  a later module call too. Seen through the version counter a tensor shares with its views
+  (``tensor._version``), so a write that only a different train/eval mode makes, or one after
+  the forward (in the loss), is not seen.
 - Function nodes add ``op`` (short name, see below) and ``kwargs``: the op's arguments that are
   JSON scalars (bool, int, finite float, str; a ``torch.dtype`` as its str; non-finite floats
   as ``"inf"``, ``"-inf"``, ``"nan"``) or flat lists of them, by parameter name, defaults
@@ -88,23 +96,29 @@ What becomes a node
   not nodes. Global module hooks (``nn.modules.module.register_module_forward_pre_hook``) run
   outside the call; disarm them while tracing.
 
-Side effects: none. The forward runs in the model's current train/eval mode, with grad
-enabled (the model's own ``torch.no_grad()`` sections still apply: their nodes are recorded but
-have no ``grad_fn``). No ``backward`` is run, so every ``.grad`` is untouched. Buffers (values
-and identity, e.g. BatchNorm running stats and ``num_batches_tracked`` in train mode), the
-identity of parameters (a forward that writes into one in place gets a warning: see
-:func:`xray_tb.state.preserved`), the CPU and CUDA RNG states and every module's ``training`` flag are restored.
-All hooks are removed even if the forward raises.
+Side effects: none on the model, within what :func:`xray_tb.state.preserved` restores, also
+when the forward raises. The forward runs in the model's current train/eval mode, with grad enabled
+(the model's own ``torch.no_grad()`` sections still apply: their nodes are recorded but have no
+``grad_fn``). No ``backward`` is run, so every ``.grad`` is untouched. Restored: every module's
+attributes, shallowly (a counter, a replaced cache, a hook's saved output ``self.last = x``: each
+attribute points again to the object it had, one the forward created is deleted, so the model
+holds none of the trace's tensors), its parameters, buffers and submodules (one registered in
+``forward`` is removed again; identities as before), buffer values (BatchNorm running stats and
+``num_batches_tracked`` in train mode), every ``training`` flag, the CPU and CUDA RNG states; all
+hooks are removed. Not restored: state outside the modules (globals, closures), changes inside an
+object that stays in place (an item appended to a list attribute) and parameters written in
+place by a tensor op (warned). Lazy modules (``nn.LazyLinear``) stay materialised, with their
+new class and initial values, as their first forward would leave them.
 
 Limits: tensors are followed by object identity, so an in-place write through a view (or a
-shared storage) does not rewire edges of the viewed tensor; a submodule run by calling its
+shared storage) does not rewire edges of the viewed tensor (it does set ``mutated_after`` on the
+module call that produced it); a submodule run by calling its
 ``forward`` directly (not ``__call__``) is invisible as a module, its ops show up in the caller;
 TorchScript modules, ``torch.compile``d modules and ops in C++ extensions that bypass
 ``__torch_function__`` are not traced; a custom ``torch.autograd.Function`` is not an op of its
 own: the ops of its ``forward`` are the nodes, and its backward node (``MyFnBackward``) is
-attributed to the node that produced its output tensor; lazy modules are materialised by the
-forward. The
-trace holds every produced tensor and one copy of the buffers (not the parameters) until it returns.
+attributed to the node that produced its output tensor. The trace holds every produced tensor
+and one copy of the buffers (not the parameters) until it returns, and none after.
 """
 
 from __future__ import annotations
@@ -158,6 +172,7 @@ def trace(model: nn.Module, args: tuple, kwargs: dict | None = None) -> dict:
         recorder.add_inputs(_tensors((args, kwargs or {})))
         with _RecordingMode(recorder):
             output = model(*args, **(kwargs or {}))
+        recorder.mark_outputs_written_later()
         recorder.add_outputs(_tensors(output))
         return recorder.architecture()
 
@@ -277,6 +292,14 @@ def _op_kwargs(func: Callable, args: tuple, kwargs: dict, inplace: bool) -> dict
     return result
 
 
+def _version(tensor: torch.Tensor) -> int | None:
+    """The tensor's version counter (shared with its views); None where it has none (inference tensors)."""
+    try:
+        return tensor._version
+    except RuntimeError:
+        return None
+
+
 def _first_grad_fn(tensors: list[torch.Tensor]) -> Any:
     """The ``grad_fn`` of the first tensor that has one, else None."""
     return next((t.grad_fn for t in tensors if t.grad_fn is not None), None)
@@ -306,6 +329,9 @@ class _Recorder:
         self._calls: dict[str, int] = {}
         self._op_counts: dict[str, int] = {}
         self._params: dict[int, int] = {}
+        self._modules = dict(model.named_modules())
+        # (leaf call node, [(output tensor, its version counter when the call returned)])
+        self._returned: list[tuple[dict, list[tuple[torch.Tensor, int | None]]]] = []
 
     # -- tensors and edges
 
@@ -395,7 +421,7 @@ class _Recorder:
             "module": name,
             "type": type(module).__name__,
             "call": call,
-            "params": self._param_count(module),
+            "params": 0,  # counted when the call returns: a lazy module materialises in the call
         }
         if isinstance(getattr(module, "inplace", None), bool):
             node["inplace"] = module.inplace
@@ -412,7 +438,21 @@ class _Recorder:
         kind, _, node = self.stack.pop()
         if kind == _LEAF:
             node["out_shapes"] = [_shape(t) for t in outputs]
+            module = self._modules[node["module"]]
+            node["type"] = type(module).__name__  # a lazy module's class changes when it materialises
+            node["params"] = self._param_count(module)
             self._finish(node["id"], outputs)
+            self._returned.append((node, [(t, _version(t)) for t in outputs]))
+
+    def mark_outputs_written_later(self) -> None:
+        """Flag ``mutated_after`` on each leaf call whose output was written in place after it returned.
+
+        The version counter is shared by a tensor and its views, so writes through ``y.t()``,
+        ``y.view(...)[...]`` or ``y.unsqueeze(0)``, inside later module calls too, all count.
+        """
+        for node, returned in self._returned:
+            if any(version is not None and _version(t) != version for t, version in returned):
+                node["mutated_after"] = True
 
     def _finish(self, node_id: str, outputs: list[torch.Tensor]) -> None:
         """Record ``node_id`` as producer of ``outputs`` and its ``by_node`` grad_fn name."""

@@ -99,7 +99,8 @@ def test_schema_is_consistent_and_json(model_cls: type[nn.Module]) -> None:
             assert node["id"] == f"module:{node['module']}:{node['call']}"
             assert node["type"] == type(names[node["module"]]).__name__
             assert node["params"] == sum(p.numel() for p in names[node["module"]].parameters())
-            assert set(node) - common <= {"module", "type", "call", "params", "inplace"}
+            assert set(node) - common <= {"module", "type", "call", "params", "inplace", "mutated_after"}
+            assert node.get("mutated_after", True) is True  # present only when set
         elif node["kind"] == "function":
             assert node["id"].startswith(f"function:{node['op']}:")
             assert set(node) - common == {"op", "kwargs"}
