@@ -14,6 +14,15 @@ Layout of the data in an event file:
   values as an ``.npy`` array.
 * Each frame's statistics (:data:`STATS`, over the whole tensor, not just the kept filters) are
   ordinary scalars under ``xray_stats/<layer>/<kind>/<stat>``, so they show in the Scalars tab.
+* ``<layer>`` in a tag is the recorded name (the module name plus the tensor's path in a tuple or
+  dict output, ``head['logits']``) encoded by :func:`encode_name`: letters, digits, space and
+  ``. _ - [ ] ' ( ) < > : , = + @ ! * ~`` stay as they are, and every other character becomes ``%XX``
+  escapes of its UTF-8 bytes (``"`` is ``%22``, ``\\`` ``%5C``, a tab ``%09``, ``/`` ``%2F``, ``%``
+  ``%25``, ``ü`` ``%C3%BC``). TensorBoard's fast loader cannot read a tag holding ``"``, ``\\`` or a
+  control character ("failed to parse blob key"), and ``/`` separates the parts of a tag, so this
+  makes every name work on both loaders. The real name is kept everywhere else: in the frame
+  header, in the plugin content of the tag, and in what the plugin serves (:func:`parse_frame_tag`
+  decodes it). Only TensorBoard's own Scalars tab shows the encoded form of the statistics' tags.
 * The architecture and the plan are JSON documents under ``xray/meta/architecture`` and
   ``xray/meta/plan``, one blob each; their step is a version counter, the highest step is current.
 * The plugin content of every tag is a small JSON object: ``{"version": 1, "type": "frame",
@@ -27,6 +36,7 @@ import dataclasses
 import functools
 import io
 import json
+import re
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -88,9 +98,41 @@ class FrameHeader:
         return cls(**{k: v for k, v in json.loads(data).items() if k in fields})
 
 
+#: Characters a name keeps as they are inside a tag; every other one is written ``%XX`` (UTF-8 bytes).
+#: TensorBoard's fast loader cannot carry ``"``, ``\\`` or control characters in a tag, ``/`` separates
+#: the parts of a tag, and ``%`` starts an escape.
+_TAG_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-[]'()<>:,=+@!*~ ")
+
+
+@functools.lru_cache(maxsize=8192)
+def encode_name(name: str) -> str:
+    """A layer or tensor name as it stands inside a tag: common names unchanged, any other character
+    as ``%XX`` escapes of its UTF-8 bytes, so that every name works on both of TensorBoard's loaders."""
+    if all(char in _TAG_SAFE for char in name):
+        return name
+    return "".join(char if char in _TAG_SAFE else "".join(f"%{byte:02X}" for byte in char.encode("utf-8", "surrogatepass")) for char in name)
+
+
+_ESCAPES = re.compile(r"(?:%[0-9A-F]{2})+")
+
+
+def decode_name(text: str) -> str:
+    """The name :func:`encode_name` encoded (tags written before names were encoded read unchanged)."""
+    if "%" not in text:
+        return text
+    return _ESCAPES.sub(lambda match: _utf8(bytes.fromhex(match.group(0).replace("%", ""))), text)
+
+
+def _utf8(data: bytes) -> str:
+    try:
+        return data.decode("utf-8", "surrogatepass")  # a lone surrogate in a name round-trips too
+    except UnicodeDecodeError:
+        return data.decode("utf-8", "replace")
+
+
 def frame_tag(layer: str, kind: str) -> str:
     """The tag of a layer's frames of one kind."""
-    return f"{FRAME_TAG_PREFIX}{layer}/{kind}"
+    return f"{FRAME_TAG_PREFIX}{encode_name(layer)}/{kind}"
 
 
 def parse_frame_tag(tag: str) -> Optional[tuple[str, str]]:
@@ -100,12 +142,12 @@ def parse_frame_tag(tag: str) -> Optional[tuple[str, str]]:
     layer, _, kind = tag[len(FRAME_TAG_PREFIX):].rpartition("/")
     if not layer or kind not in KINDS:
         return None
-    return layer, kind
+    return decode_name(layer), kind
 
 
 def stat_tag(layer: str, kind: str, stat: str) -> str:
     """The scalar tag of one statistic of a layer's frames of one kind."""
-    return f"{STATS_TAG_PREFIX}{layer}/{kind}/{stat}"
+    return f"{STATS_TAG_PREFIX}{encode_name(layer)}/{kind}/{stat}"
 
 
 def parse_stat_tag(tag: str) -> Optional[tuple[str, str, str]]:
@@ -116,7 +158,7 @@ def parse_stat_tag(tag: str) -> Optional[tuple[str, str, str]]:
     layer, _, kind = rest.rpartition("/")
     if not layer or kind not in KINDS or stat not in STATS:
         return None
-    return layer, kind, stat
+    return decode_name(layer), kind, stat
 
 
 def stats_values(layer: str, kind: str, stats: dict[str, float]) -> list[summary_pb2.Summary.Value]:
@@ -175,7 +217,7 @@ def parse_plugin_content(content: bytes) -> Optional[dict[str, Any]]:
     """The tag description written by :func:`create_summary_metadata`; None if unreadable or newer."""
     try:
         parsed = json.loads(content.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: JSON nested too deep (a hostile file)
         return None
     if not isinstance(parsed, dict) or parsed.get("version") != CONTENT_VERSION:
         return None

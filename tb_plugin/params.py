@@ -8,6 +8,7 @@ from typing import Iterable
 from tensorboard import errors
 
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
+_INT64 = range(-(2**63), 2**63)  # TensorBoard's steps are int64
 
 
 def required_str(args, name: str) -> str:
@@ -19,10 +20,12 @@ def required_str(args, name: str) -> str:
 
 
 def required_int(args, name: str) -> int:
-    """The integer parameter ``name`` (decimal digits with an optional minus sign)."""
+    """The integer parameter ``name``: decimal digits with an optional minus sign, in int64 range."""
     raw = required_str(args, name)
     if not _INTEGER.fullmatch(raw):
         raise errors.InvalidArgumentError(f"{name!r} must be an integer, got {raw[:40]!r}")
+    if int(raw) not in _INT64:
+        raise errors.InvalidArgumentError(f"{name!r} must be an integer from -2**63 to 2**63 - 1 (TensorBoard's int64 steps), got {raw}")
     return int(raw)
 
 

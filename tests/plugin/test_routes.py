@@ -51,7 +51,7 @@ def serve(logdir, *flags):
     tensorboard.configure(argv=["tensorboard", "--logdir", str(logdir), "--reload_interval=0", "--reload_task=blocking", "--load_fast=false", *flags])
     ingester = data_ingester.LocalDataIngester(tensorboard.flags)
     ingester.start()
-    app = application.TensorBoardWSGIApp(tensorboard.flags, loaders, ingester.data_provider)
+    app = application.TensorBoardWSGIApp(tensorboard.flags, loaders, ingester.data_provider, deprecated_multiplexer=ingester.deprecated_multiplexer)
     return wtest.Client(app, wrappers.Response)
 
 

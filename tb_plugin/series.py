@@ -1,0 +1,124 @@
+"""Reading Xray's blob series through TensorBoard's data provider, on either loader.
+
+A step can be written twice: a crashed run resumed into the same folder writes a second event file
+with the same steps, and a step can repeat within one file. The rule is that **the last write
+wins**: the later file in file-name order (names start with the creation time), the later record
+within a file. TensorBoard's two loaders resolve it differently, and this module hides that:
+
+* The fast loader (the Rust data server) keeps only the last write: a record at step ``s`` evicts
+  every point at step ``s`` or later that it read before, so a series it serves never repeats a
+  step. (It thereby also forgets the later steps of the earlier write.)
+* The Python loader (``--load_fast=false``) keeps every write, but its data provider serves the
+  first write of a repeated step (``read_blob_sequences`` keeps the first, ``read_blob`` reads the
+  first). So on that loader the blobs come from the multiplexer behind the provider, which holds
+  every write in the order read, and the last one of the step is taken.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import numpy as np
+from tensorboard import errors
+from tensorboard.backend.event_processing import data_provider as multiplexer_provider
+from tensorboard.data import provider
+from tensorboard.util import tensor_util
+
+from tb_plugin import metadata, run_names
+
+_MAX_STEPS = 1_000_000  # points per series asked from the data provider: every captured step
+
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """One write of a blob series: its step, wall time and blobs."""
+
+    step: int
+    wall_time: float
+    blobs: list[bytes]
+
+
+class SeriesReader:
+    """Lists and reads the Xray blob series of a logdir; a repeated step reads as its last write."""
+
+    def __init__(self, data_provider, multiplexer=None):
+        """``multiplexer`` is ``TBContext.multiplexer``: TensorBoard passes it with the Python loader only."""
+        self._provider = data_provider
+        uses_multiplexer = isinstance(data_provider, multiplexer_provider.MultiplexerDataProvider)
+        self._multiplexer = multiplexer if uses_multiplexer else None
+
+    def list(self, ctx, experiment_id: str, run: Optional[str] = None) -> dict[str, dict]:
+        """``{run: {tag: BlobSequenceTimeSeries}}`` of the Xray tags whose content version we read."""
+        run_filter = provider.RunTagFilter(runs=[run]) if run is not None else None
+        listing = self._provider.list_blob_sequences(
+            ctx, experiment_id=experiment_id, plugin_name=metadata.PLUGIN_NAME, run_tag_filter=run_filter
+        )
+        return {
+            run_name: {tag: ts for tag, ts in tags.items() if metadata.parse_plugin_content(ts.plugin_content)}
+            for run_name, tags in (listing or {}).items()
+        }
+
+    def run_tags(self, ctx, experiment_id: str, run: str) -> dict:
+        """The Xray tags of ``run``; 404 when it has none."""
+        tags = self.list(ctx, experiment_id, run).get(run)
+        if not tags:
+            raise errors.NotFoundError(f"no Xray data for run {run!r}")
+        return tags
+
+    def read(self, ctx, experiment_id: str, run: str, tags: list[str]) -> dict[str, list]:
+        """``{tag: [BlobSequenceDatum]}``: every step of each tag, once, sorted."""
+        result = self._provider.read_blob_sequences(
+            ctx,
+            experiment_id=experiment_id,
+            plugin_name=metadata.PLUGIN_NAME,
+            downsample=_MAX_STEPS,
+            run_tag_filter=provider.RunTagFilter(runs=[run], tags=tags),
+        )
+        return (result or {}).get(run, {})
+
+    def steps(self, ctx, experiment_id: str, run: str, tags: list[str]) -> dict[str, list[int]]:
+        """``{tag: sorted steps}`` of each tag."""
+        series = self.read(ctx, experiment_id, run, tags) if tags else {}
+        return {tag: sorted({datum.step for datum in series.get(tag, [])}) for tag in tags}
+
+    def last_write(self, ctx, experiment_id: str, run: str, tag: str, step: int) -> Optional[Written]:
+        """The last write of ``tag`` at ``step``; None when the step was not recorded."""
+        if self._multiplexer is not None:
+            return _from_event(_last(_events(self._multiplexer, run, tag), lambda event: event.step == step))
+        datum = _last(self.read(ctx, experiment_id, run, [tag]).get(tag, []), lambda datum: datum.step == step)
+        return self._fetch(ctx, run, tag, datum)
+
+    def latest(self, ctx, experiment_id: str, run: str, tag: str) -> Optional[Written]:
+        """The point written last to ``tag`` (for the meta documents, whose step is a version
+        counter that restarts with each Xray writing to the run); None when the tag is empty."""
+        if self._multiplexer is not None:
+            return _from_event(_last(_events(self._multiplexer, run, tag), lambda event: True))
+        data = self.read(ctx, experiment_id, run, [tag]).get(tag, [])
+        # The fast loader evicts every step at or after a rewritten one, so its highest step is the last write.
+        return self._fetch(ctx, run, tag, max(data, key=lambda datum: datum.step) if data else None)
+
+    def _fetch(self, ctx, run: str, tag: str, datum) -> Optional[Written]:
+        if datum is None:
+            return None
+        with run_names.explain_unreadable(run, tag):
+            blobs = [self._provider.read_blob(ctx, blob_key=ref.blob_key) for ref in datum.values]
+        return Written(datum.step, datum.wall_time, blobs)
+
+
+def _events(multiplexer, run: str, tag: str) -> list:
+    try:
+        return multiplexer.Tensors(run, tag)
+    except KeyError:  # the run or tag went away since it was listed
+        return []
+
+
+def _last(items: list, matches) -> Any:
+    return next((item for item in reversed(items) if matches(item)), None)
+
+
+def _from_event(event) -> Optional[Written]:
+    if event is None:
+        return None
+    blobs = np.asarray(tensor_util.make_ndarray(event.tensor_proto), dtype=object).ravel()
+    return Written(event.step, event.wall_time, list(blobs))
