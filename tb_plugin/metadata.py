@@ -24,7 +24,7 @@ Layout of the data in an event file:
   header, in the plugin content of the tag, and in what the plugin serves (:func:`parse_frame_tag`
   decodes it). Only TensorBoard's own Scalars tab shows the encoded form of the statistics' tags.
 * The architecture and the plan are JSON documents under ``xray/meta/architecture`` and
-  ``xray/meta/plan``, one blob each; their step is a version counter, the highest step is current.
+  ``xray/meta/plan``, one blob each; their step is a version counter, and the one written last is current.
 * The plugin content of every tag is a small JSON object: ``{"version": 1, "type": "frame",
   "layer": ..., "kind": ...}`` or ``{"version": 1, "type": "architecture"}`` and so on. Readers skip
   tags whose version they do not know.
@@ -37,6 +37,7 @@ import functools
 import io
 import json
 import re
+import zlib
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -68,6 +69,8 @@ class FrameHeader:
     The stored array is ``full[batch_index]`` (when ``batch_index`` is not None) with only
     ``indices`` kept along dimension ``dim`` of that tensor, in that order. ``path`` locates the
     tensor inside a tuple or dict output (``"[0]"``, ``"['logits']"``), ``""`` for a plain tensor.
+    ``crc32`` is the CRC-32 of the stored ``.npy`` bytes (None in frames written before it existed):
+    TensorBoard's fast loader serves a record without checking its checksum, so readers check this.
     """
 
     run_id: str
@@ -82,6 +85,7 @@ class FrameHeader:
     batch_index: Optional[int]
     selector: str
     path: str = ""
+    crc32: Optional[int] = None
 
     @property
     def name(self) -> str:
@@ -235,9 +239,34 @@ def _add_blobs(summary: summary_pb2.Summary, tag: str, metadata: summary_pb2.Sum
 
 
 def add_frame(summary: summary_pb2.Summary, header: FrameHeader, values: np.ndarray) -> None:
-    """Append one frame to ``summary``: its header and its selected values."""
+    """Append one frame to ``summary``: its header (with the checksum of the values) and its
+    selected values."""
     tag, metadata = _frame_tag_and_metadata(header.name, header.kind)
-    _add_blobs(summary, tag, metadata, [header.to_json(), encode_array(values)])
+    encoded = encode_array(values)
+    header.crc32 = zlib.crc32(encoded)
+    _add_blobs(summary, tag, metadata, [header.to_json(), encoded])
+
+
+class DamagedFrameError(ValueError):
+    """A stored frame whose values do not match the checksum in its header."""
+
+
+def decode_frame(header_blob: bytes, values_blob: bytes) -> tuple[FrameHeader, np.ndarray]:
+    """A stored frame's header and values, checked against the header's checksum.
+
+    Raises:
+        DamagedFrameError: the values were damaged on disk, or do not decode (TensorBoard's fast
+            loader does not check record checksums, so a flipped byte would otherwise show as a
+            wrong value).
+    """
+    header = FrameHeader.from_json(header_blob)
+    where = f"the stored values of {header.name!r} {header.kind!r} at step {header.step}"
+    if header.crc32 is not None and zlib.crc32(values_blob) != header.crc32:
+        raise DamagedFrameError(f"{where} are damaged (checksum mismatch)")
+    try:
+        return header, decode_array(values_blob)
+    except ValueError as error:
+        raise DamagedFrameError(f"{where} are damaged (they do not decode: {error})") from None
 
 
 def frame_value(header: FrameHeader, values: np.ndarray) -> summary_pb2.Summary.Value:

@@ -58,6 +58,12 @@ def public_message(message: str) -> str:
     return message
 
 
+class DamagedDataError(errors.PublicError):
+    """The requested data exists but was damaged on disk (answered as 422, never as a wrong value)."""
+
+    http_code = 422
+
+
 def json_route(handler):
     """Wrap ``handler(plugin, request) -> body`` as a GET-only WSGI route answering JSON.
 

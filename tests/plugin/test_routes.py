@@ -171,7 +171,7 @@ def test_static_files_and_traversal(client):
         assert client.get(PREFIX + "/static/" + hostile).status_code == 404, hostile
 
 
-def test_a_damaged_record_answers_a_json_500(tmp_path):
+def test_a_damaged_record_answers_a_json_422(tmp_path):
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
@@ -184,4 +184,5 @@ def test_a_damaged_record_answers_a_json_500(tmp_path):
     writer.add_event(event_pb2.Event(step=0, wall_time=1.0, summary=summary_pb2.Summary(value=[value])))
     writer.close()
     status, body = get(serve(tmp_path), "/frame", run="broken", layer="fc", kind="weight", step=0)
-    assert status == 500 and body["code"] == 500 and body["error"].startswith("internal error: ValueError")
+    assert status == 422 and body["code"] == 422
+    assert body["error"].startswith("the stored values of 'fc' 'weight' at step 0 are damaged (checksum mismatch)")

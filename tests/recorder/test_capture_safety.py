@@ -194,3 +194,23 @@ def test_an_output_xray_cannot_keep_never_breaks_the_forward(tmp_path):
         assert [(layer, kind) for layer, kind, _ in xray.last_report.missing] == [("1", "output")]
         values, _ = xray.load("0", "output", 0)
     torch.testing.assert_close(values, model[0](x).detach())
+
+
+def test_a_second_xray_in_a_folder_with_captures_warns_and_its_writes_win(tmp_path):
+    from xray_tb import open_run
+
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(3, 4), nn.ReLU()), torch.randn(2, 3)
+    with Xray(model, x, logdir=str(tmp_path), plan={"0": {"weight": True}}) as first:
+        for step in (0, 10, 20):
+            first.take_graphs(step)
+    with torch.no_grad():
+        model[0].weight.add_(1.0)  # the resumed run's weights differ
+    with pytest.warns(UserWarning, match=r"already holds Xray captures up to step 20; a step recorded again replaces"):
+        second = Xray(model, x, logdir=str(tmp_path), plan={"0": {"weight": True}})
+    with second:
+        second.take_graphs(10)
+    run = open_run(tmp_path)
+    assert run.records() == {"0": {"weight": [0, 10, 20]}}
+    torch.testing.assert_close(run.load("0", "weight", 10)[0], model[0].weight.detach())  # the last write
+    assert not torch.equal(run.load("0", "weight", 0)[0], model[0].weight.detach())

@@ -170,11 +170,11 @@ def test_later_writes_win_across_event_files_in_name_order(tmp_path):
     assert (row.step, row["mean"], row["max"]) == (1, 3.0, 2.0) and np.isnan(row["std"])
 
 
-def test_highest_step_document_is_current_and_reload_sees_new_files(tmp_path):
+def test_the_document_written_last_is_current_and_reload_sees_new_files(tmp_path):
     write_events(
         tmp_path / "events.out.tfevents.1",
-        (1, metadata.json_summary(metadata.PLAN_TAG, {"fc": {"weight": True}})),
-        (0, metadata.json_summary(metadata.PLAN_TAG, {"old": {}})),
+        (1, metadata.json_summary(metadata.PLAN_TAG, {"old": {}})),
+        (0, metadata.json_summary(metadata.PLAN_TAG, {"fc": {"weight": True}})),  # a second Xray on the same writer
         (0, frame(0, 1.0)),
     )
     run = open_run(tmp_path)
