@@ -17,7 +17,8 @@ def run_probe(
     """Forward the probe ``inputs`` in eval mode with ``recorder`` armed; with ``want_grads``, backward
     ``loss_fn(output, target)`` through ``torch.autograd.grad`` so no ``.grad`` is touched.
 
-    Buffers, train/eval modes and RNG state are restored afterwards, exactly.
+    The model is left as it was (see :func:`xray_tb.state.preserved`): attributes, registries,
+    buffer values, train/eval modes and RNG state.
     """
     was_armed = recorder.armed
     recorder.arm()
