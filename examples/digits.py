@@ -60,13 +60,17 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=None, help="stop after this many optimizer steps")
     parser.add_argument("--every", type=int, default=10, help="capture every N steps (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default: %(default)s)")
+    parser.add_argument("--captures", type=int, default=None, help="capture about this many times over the training (overrides --every)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
     torch.manual_seed(args.seed)
     model = LeNetDigits()
     loader = digits_loader(args.batch_size, args.seed)
+    if args.captures:
+        total = len(loader) * args.epochs if args.steps is None else min(args.steps, len(loader) * args.epochs)
+        args.every = max(1, total // args.captures)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     writer = SummaryWriter(args.logdir)

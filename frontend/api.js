@@ -136,14 +136,123 @@ export async function fetchLayers(run) {
 }
 
 /**
- * One recorded frame, with `min`, `max` and `wall_time` as numbers.
+ * The latest architecture record of a run, or null when it has none (404).
+ * @param {string} run
+ * @returns {Promise<any|null>}
+ */
+export async function fetchArchitecture(run) {
+  try {
+    return await getJson('architecture', { run });
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 404) return null;
+    throw e;
+  }
+}
+
+/**
+ * Each recorded kind's value range over every step of a layer (null where unknown).
+ * @param {string} run
+ * @param {string} layer
+ * @returns {Promise<Record<string, {min: number, max: number}|null>>}
+ */
+export async function fetchRanges(run, layer) {
+  const body = await getJson('ranges', { run, layer });
+  return body.ranges || {};
+}
+
+/**
+ * One recorded frame from the binary route (tb_plugin/frame_transport.py), decoded.
+ * @param {string} run
+ * @param {string} layer
+ * @param {Kind} kind
+ * @param {number} step
+ * @returns {Promise<Frame & {decoded: import('./heatmap.js').Panel[]}>}
+ */
+export async function fetchFrame(run, layer, kind, step) {
+  const query = new URLSearchParams({ run, layer, kind, step: String(step) });
+  let response;
+  try {
+    response = await fetch(`./frame_bin?${query}`);
+  } catch (e) {
+    throw new ApiError(`Could not reach TensorBoard (frame): ${e.message || e}`, 0);
+  }
+  const buffer = await response.arrayBuffer();
+  if (!response.ok) {
+    const text = new TextDecoder().decode(buffer);
+    let detail = text.trim().slice(0, 200) || response.statusText;
+    try {
+      detail = JSON.parse(text).error || detail;
+    } catch (_) {
+      /* not JSON */
+    }
+    throw new ApiError(`frame: ${detail} (HTTP ${response.status})`, response.status);
+  }
+  return decodeFrameBody(buffer);
+}
+
+/**
+ * Decodes a binary frame body: "XRF1", uint32 JSON length, JSON, then float32 or float16 values.
+ * @param {ArrayBuffer} buffer
+ */
+export function decodeFrameBody(buffer) {
+  const view = new DataView(buffer);
+  const magic = String.fromCharCode(...new Uint8Array(buffer, 0, 4));
+  if (magic !== 'XRF1') throw new ApiError('frame: the server answered something that is not an Xray frame', 200);
+  const length = view.getUint32(4, true);
+  const body = JSON.parse(new TextDecoder().decode(new Uint8Array(buffer, 8, length)));
+  let offset = 8 + length;
+  const half = body.encoding === 'f16';
+  const decoded = body.panels.map((p) => {
+    const count = p.rows * p.cols;
+    const values = half ? halfToFloat(view, offset, count) : floatsAt(buffer, view, offset, count);
+    offset += count * (half ? 2 : 4);
+    return { index: p.index, rows: p.rows, cols: p.cols, values };
+  });
+  return {
+    ...body,
+    meta: body.meta || {},
+    panels: [],
+    decoded,
+    min: toNumber(body.min),
+    max: toNumber(body.max),
+    wall_time: toNumber(body.wall_time),
+    nonfinite: toNumber(body.nonfinite) ?? 0,
+    signed: Boolean(body.signed),
+  };
+}
+
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+
+function floatsAt(buffer, view, offset, count) {
+  if (LITTLE_ENDIAN) return new Float32Array(buffer.slice(offset, offset + 4 * count));
+  const out = new Float32Array(count);
+  for (let i = 0; i < count; i++) out[i] = view.getFloat32(offset + 4 * i, true);
+  return out;
+}
+
+function halfToFloat(view, offset, count) {
+  const out = new Float32Array(count);
+  for (let i = 0; i < count; i++) {
+    const h = view.getUint16(offset + 2 * i, true);
+    const sign = h & 0x8000 ? -1 : 1;
+    const exp = (h >> 10) & 0x1f;
+    const frac = h & 0x3ff;
+    if (exp === 0) out[i] = sign * 2 ** -14 * (frac / 1024);
+    else if (exp === 31) out[i] = frac ? NaN : sign * Infinity;
+    else out[i] = sign * 2 ** (exp - 15) * (1 + frac / 1024);
+  }
+  return out;
+}
+
+/**
+ * One recorded frame from the JSON route, with `min`, `max` and `wall_time` as numbers.
  * @param {string} run
  * @param {string} layer
  * @param {Kind} kind
  * @param {number} step
  * @returns {Promise<Frame>}
  */
-export async function fetchFrame(run, layer, kind, step) {
+export async function fetchFrameJson(run, layer, kind, step) {
   const body = await getJson('frame', { run, layer, kind, step });
   return {
     ...body,

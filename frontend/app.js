@@ -1,0 +1,318 @@
+// The app shell: builds the page, keeps the shared state (state.js), loads runs on every reload and
+// wires the views (graph_view.js, layer_view.js), the timeline and the URL state together.
+
+import { fetchFrame, fetchRuns } from './api.js';
+import { ComparePicker } from './compare_picker.js';
+import { RunPicker, LayerList, el } from './controls.js';
+import { ErrorBanner } from './error_banner.js';
+import { FrameSource } from './frames.js';
+import { stepAtOrBefore } from './frame_text.js';
+import { GraphView } from './graph_view.js';
+import { baseLayer, diffArchitectures } from './graph_model.js';
+import { connectToHost, DATA_RELOADED, RUNS_CHANGED } from './host.js';
+import { LayerView } from './layer_view.js';
+import { BiasView } from './bias_view.js';
+import { RunData } from './run_data.js';
+import { Store } from './state.js';
+import { Timeline } from './timeline.js';
+import { encodeUrlData, parseUrlData, readUrlData, writeUrlData } from './url_state.js';
+
+/** How often runs are re-read without a host reload. */
+const POLL_MS = 30000;
+/** A frame that answers 404 re-reads the layer lists, at most this often. */
+const STALE_REFRESH_MS = 5000;
+
+export class XrayApp {
+  constructor() {
+    this.store = new Store();
+    this.data = new RunData();
+    this.frames = new FrameSource((run) => this.render());
+    this.errors = new ErrorBanner();
+    this.runPicker = new RunPicker((run) => this.selectRun(run));
+    this.comparePicker = new ComparePicker((runs) => this.setCompare(runs));
+    this.layerList = new LayerList((name) => this.openLayer(name));
+    this.timeline = new Timeline((committed) => this.onStep(!committed), (step) => this.store.state.view === 'bias' || this.layerView.isReady(step));
+    this.graph = new GraphView({ onOpenLayer: (layer) => this.openLayer(layer), onError: (e) => this.errors.set('graph', e) });
+    this.layerView = new LayerView({
+      frames: this.frames,
+      errors: this.errors,
+      onBack: () => this.showGraph(),
+      onScale: (scale) => { this.store.set({ scale }); this.render(); },
+      onKind: (kind) => { this.store.set({ kind }); this.render(); },
+      onStale: () => this.staleRefresh(),
+      onWallTime: (t) => this.timeline.setWallTime(t),
+    });
+    this.biasView = new BiasView({ errors: this.errors, onBack: () => this.showGraph(), onEvaluation: (bias) => this.store.set({ bias }) });
+    this.followEnd = true;
+    this.keep = null;
+    this.loading = false;
+    this.seq = 0;
+    this.staleAt = 0;
+    this.refreshing = null;
+    this.refreshAgain = false;
+    this.urlReady = false;
+    this.pendingUrl = {};
+    let urlTimer = null;
+    this.store.subscribe(() => {
+      if (!this.urlReady) return;
+      clearTimeout(urlTimer);
+      urlTimer = setTimeout(() => writeUrlData(encodeUrlData(this.store.state)), 150);
+    });
+    this.build();
+  }
+
+  build() {
+    const root = el('div', 'xray-root');
+    const sidebar = el('aside', 'xray-sidebar');
+    const brand = el('div', 'xray-brand');
+    brand.append(el('span', 'xray-brand-name', 'Xray'), el('span', 'xray-muted', 'layer tensors'));
+    this.status = el('div', 'xray-status xray-muted', '');
+    const biasButton = el('button', 'xray-button xray-bias-open', 'Bias (Attention-IoU)');
+    biasButton.dataset.action = 'bias-view';
+    biasButton.addEventListener('click', () => { this.store.set({ view: 'bias' }); this.render(); });
+    sidebar.append(brand, this.runPicker.element, this.comparePicker.element, biasButton, this.layerList.element, this.status);
+    const main = el('main', 'xray-main');
+    this.empty = el('div', 'xray-empty');
+    this.empty.id = 'xray-empty';
+    this.empty.hidden = true;
+    const p2 = el('p', '');
+    p2.append('Add ', el('code', '', 'xray.take_graphs(step)'), ' to your training loop and point TensorBoard’s ',
+      el('code', '', '--logdir'), ' at its log directory. This page looks again every 30 s and whenever TensorBoard reloads.');
+    this.empty.append(el('p', 'xray-empty-title', 'No Xray data yet.'), p2);
+    this.content = el('div', 'xray-content');
+    this.content.hidden = true;
+    this.content.append(this.timeline.element, this.graph.element, this.layerView.element, this.biasView.element);
+    main.append(this.errors.element, this.empty, this.content);
+    root.append(sidebar, main);
+    document.body.append(root);
+    document.body.classList.add('xray-body');
+  }
+
+  async start() {
+    const host = connectToHost({
+      [DATA_RELOADED]: () => { this.frames.dropRanges(); return this.refresh(); },
+      [RUNS_CHANGED]: () => this.refresh(),
+    });
+    this.pendingUrl = parseUrlData(await readUrlData(host));
+    setInterval(() => this.refresh(), POLL_MS);
+    document.addEventListener('keydown', (e) => this.onKey(e));
+    let resizeTimer = null;
+    window.addEventListener('resize', () => {
+      clearTimeout(resizeTimer);
+      resizeTimer = setTimeout(() => this.layerView.redraw(), 150);
+    });
+    await this.refresh();
+    this.urlReady = true;
+  }
+
+  /** Re-reads runs and the shown runs' layers; calls during one fold into one more pass. */
+  refresh() {
+    if (this.refreshing) {
+      this.refreshAgain = true;
+      return this.refreshing;
+    }
+    this.refreshing = (async () => {
+      do {
+        this.refreshAgain = false;
+        await this.refreshOnce();
+      } while (this.refreshAgain);
+    })().finally(() => { this.refreshing = null; });
+    return this.refreshing;
+  }
+
+  async refreshOnce() {
+    let runs;
+    try {
+      runs = await fetchRuns();
+      this.errors.clear('runs');
+    } catch (e) {
+      this.errors.set('runs', e);
+      return;
+    }
+    for (const known of [...this.data.layers.keys()]) if (!runs.includes(known)) { this.data.forget(known); this.frames.forget(known); }
+    this.status.textContent = `Updated ${new Date().toLocaleTimeString()}`;
+    this.empty.hidden = runs.length > 0;
+    this.content.hidden = runs.length === 0;
+    this.layerList.element.hidden = runs.length === 0;
+    const s = this.store.state;
+    const url = this.pendingUrl;
+    this.pendingUrl = {};
+    if (url.step !== undefined) {
+      this.keep = { step: url.step, atEnd: false };
+      this.followEnd = false;
+    }
+    const run = [url.run, s.run].find((r) => r && runs.includes(r)) || runs[0] || null;
+    const compare = (url.compare || s.compare).filter((r) => r !== run && runs.includes(r));
+    this.store.set({ runs, run, compare, ...pick(url, ['view', 'layer', 'kind', 'scale', 'bias']) });
+    if (run === null) {
+      this.runPicker.setRuns([], null);
+      this.layerList.setLayers([], null);
+      return;
+    }
+    await this.loadShown();
+  }
+
+  /** Loads the layers (and architectures) of the shown runs, then draws. */
+  async loadShown() {
+    const seq = ++this.seq;
+    const runs = this.store.shownRuns;
+    const results = await Promise.all(runs.map((run, i) => this.data.load(run, i < 2).then(
+      (result) => { this.errors.clear(`layers:${run}`); return result; },
+      (error) => { this.errors.set(`layers:${run}`, error); return null; },
+    )));
+    if (seq !== this.seq) return;
+    this.loading = false;
+    this.layerList.setBusy(false);
+    results.forEach((result, i) => { if (result && result.rewritten) this.frames.forget(runs[i]); });
+    const unchanged = results.every((r) => r && !r.changed);
+    await this.render();
+    if (unchanged) this.validateShown();
+  }
+
+  /** Draws everything from the state and the loaded data. */
+  async render() {
+    const s = this.store.state;
+    const main = s.run;
+    const shown = this.store.shownRuns;
+    this.runPicker.setRuns(s.runs, main);
+    this.comparePicker.set(s.runs, main, s.compare);
+    if (main === null || !this.data.layers.has(main)) return;
+    const layers = this.data.layers.get(main).layers;
+    this.layerList.setLayers(layers, s.view === 'layer' ? s.layer : null);
+    const arch = this.data.arch(main);
+    let { view, layer } = s;
+    if (!arch && view === 'graph' && layers.length) view = 'layer';
+    if (view === 'layer' && (!layer || !shown.some((r) => this.data.layer(r, layer)))) layer = layers.length ? layers[0].name : null;
+    this.store.set({ view, layer });
+    this.graph.element.hidden = view !== 'graph';
+    this.layerView.element.hidden = view !== 'layer';
+    this.biasView.element.hidden = view !== 'bias';
+    const other = s.compare.length ? this.data.arch(s.compare[0]) : null;
+    this.graph.setRecorded(this.data.marks(main));
+    this.graph.setDiff(arch && other ? toDiff(diffArchitectures(arch, other), s.compare[0]) : null);
+    const graphReady = this.graph.setArchitecture(arch);
+    let steps;
+    if (view === 'bias') {
+      await this.biasView.update({ ...s, step: undefined });
+      steps = this.biasView.steps();
+    } else if (view === 'layer' && layer !== null) {
+      this.layerView.show(layer, shown.map((run) => ({ run, info: this.data.layer(run, layer) })), { scale: s.scale, kind: s.kind });
+      steps = this.layerView.steps();
+    } else {
+      if (view === 'layer') this.layerView.clear('This run has no recorded layers yet.');
+      steps = this.data.steps(main);
+    }
+    this.setTimeline(steps);
+    if (view === 'layer') this.layerView.showStep(this.timeline.step, false);
+    if (view === 'bias') this.biasView.showStep(this.timeline.step);
+    else this.timeline.setWallTime(null);
+    await graphReady;
+  }
+
+  /** @param {number[]} steps */
+  setTimeline(steps) {
+    const keep = this.keep || { step: this.store.state.step, atEnd: this.followEnd };
+    this.keep = null;
+    let index = steps.length - 1;
+    if (!keep.atEnd && keep.step !== null && keep.step !== undefined) {
+      const s = stepAtOrBefore(steps, keep.step);
+      index = s === null ? 0 : steps.indexOf(s);
+    }
+    this.timeline.setSteps(steps, index);
+    this.followEnd = index >= steps.length - 1;
+    this.store.set({ step: this.timeline.step });
+  }
+
+  /** @param {boolean} dragging */
+  onStep(dragging) {
+    const steps = this.timeline.steps;
+    this.followEnd = this.timeline.index >= steps.length - 1;
+    this.store.set({ step: this.timeline.step });
+    if (this.store.state.view === 'layer') this.layerView.showStep(this.timeline.step, dragging);
+    if (this.store.state.view === 'bias') this.biasView.showStep(this.timeline.step);
+  }
+
+  /** @param {string} run */
+  async selectRun(run) {
+    if (run === this.store.state.run) return;
+    this.keep = { step: this.store.state.step, atEnd: this.followEnd };
+    this.store.set({ run, compare: this.store.state.compare.filter((r) => r !== run) });
+    this.loading = true;
+    this.layerList.setBusy(true);
+    this.layerList.setSelected(null);
+    this.layerView.clear('Loading layers…');
+    this.timeline.setSteps([], 0);
+    await this.loadShown();
+  }
+
+  /** @param {string[]} compare */
+  async setCompare(compare) {
+    this.store.set({ compare });
+    await this.loadShown();
+  }
+
+  /** @param {string} layer */
+  openLayer(layer) {
+    if (this.loading) return; // the list belongs to the run that is being replaced
+    this.store.set({ view: 'layer', layer });
+    return this.render();
+  }
+
+  async showGraph() {
+    const layer = this.store.state.layer;
+    this.store.set({ view: 'graph' });
+    await this.render();
+    if (layer) await this.graph.highlightLayer(baseLayer(layer));
+  }
+
+  staleRefresh() {
+    if (Date.now() < this.staleAt) return;
+    this.staleAt = Date.now() + STALE_REFRESH_MS;
+    this.refresh();
+  }
+
+  /**
+   * After a reload that changed no step, checks that the shown run was not rewritten under the same
+   * name with the same steps: fetches one shown frame again and compares run_id and wall time.
+   */
+  async validateShown() {
+    const panel = this.layerView.firstPanel();
+    const frame = panel && panel.frame;
+    if (!frame || this.store.state.view !== 'layer') return;
+    let fresh;
+    try {
+      fresh = await fetchFrame(panel.run, frame.layer, frame.kind, frame.step);
+    } catch (_) {
+      return; // gone or unreachable: the next reload tells
+    }
+    if ((fresh.meta.run_id || null) === (frame.meta.run_id || null) && fresh.wall_time === frame.wall_time) return;
+    this.frames.forget(panel.run);
+    this.layerView.showStep(this.timeline.step, false);
+  }
+
+  /** @param {KeyboardEvent} event */
+  onKey(event) {
+    if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) return;
+    const target = /** @type {HTMLElement|null} */ (event.target);
+    if (target && (/^(INPUT|SELECT|TEXTAREA)$/.test(target.tagName) || target.isContentEditable)) return;
+    const moves = { ArrowLeft: -1, ArrowRight: 1, Home: -Infinity, End: Infinity };
+    if (event.key in moves) {
+      event.preventDefault();
+      const delta = moves[event.key];
+      this.timeline.move(Number.isFinite(delta) ? delta : delta > 0 ? this.timeline.steps.length : -this.timeline.steps.length);
+    } else if (event.key === ' ' && this.store.state.view === 'layer') {
+      event.preventDefault();
+      this.timeline.toggle();
+    }
+  }
+}
+
+function pick(object, keys) {
+  const out = {};
+  for (const key of keys) if (object[key] !== undefined) out[key] = object[key];
+  return out;
+}
+
+function toDiff(diff, other) {
+  return { only: new Set(diff.onlyA), changed: new Set(diff.changed), missing: diff.onlyB, other };
+}

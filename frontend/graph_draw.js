@@ -1,0 +1,86 @@
+// SVG helpers for the architecture view: element creation, node labels and edge paths. No state.
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+
+/** Short badges of the recorded kinds. */
+export const KIND_BADGES = {
+  weight: 'W',
+  weight_grad: '∇W',
+  bias: 'b',
+  bias_grad: '∇b',
+  output: 'out',
+  activation: 'act',
+  grad: '∇out',
+};
+
+/**
+ * Creates an SVG element with attributes.
+ * @param {string} tag
+ * @param {Record<string, string|number>} attrs
+ * @returns {SVGElement}
+ */
+export function svg(tag, attrs) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  return /** @type {SVGElement} */ (node);
+}
+
+/**
+ * Title and subtitle of a node's box.
+ * @param {any} node  An architecture node.
+ * @returns {[string, string]}
+ */
+export function nodeLabel(node) {
+  if (node.kind === 'module') {
+    const name = node.module === '' ? '(model)' : node.module.split('.').slice(-2).join('.');
+    return [node.call ? `${name} ·${node.call + 1}` : name, node.type || ''];
+  }
+  if (node.kind === 'function') return [node.op || 'op', ''];
+  const shape = node.kind === 'input' ? node.out_shapes && node.out_shapes[0] : node.in_shapes && node.in_shapes[0];
+  const index = node.id.split(':')[1];
+  return [`${node.kind} ${index}${shape ? ` ${shape.join('×')}` : ''}`, ''];
+}
+
+/**
+ * The path of an edge from box `a` to box `b`: dagre's route when the two are siblings, else a
+ * curve from the bottom of `a` to the top of `b`.
+ * @param {{x: number, y: number, width: number, height: number}} a
+ * @param {{x: number, y: number, width: number, height: number}} b
+ * @param {{x: number, y: number}[]|undefined} points
+ * @returns {string}
+ */
+export function edgePath(a, b, points) {
+  if (points && points.length >= 2) {
+    let d = `M${points[0].x},${points[0].y}`;
+    for (let i = 1; i < points.length - 1; i++) {
+      const p = points[i];
+      const q = points[i + 1];
+      const mx = (p.x + q.x) / 2;
+      const my = (p.y + q.y) / 2;
+      d += ` Q${p.x},${p.y} ${i === points.length - 2 ? `${q.x},${q.y}` : `${mx},${my}`}`;
+    }
+    if (points.length === 2) d += ` L${points[1].x},${points[1].y}`;
+    return d;
+  }
+  const x1 = a.x + a.width / 2;
+  const y1 = a.y + a.height;
+  const x2 = b.x + b.width / 2;
+  const y2 = b.y;
+  const dy = Math.max(30, Math.abs(y2 - y1) / 2);
+  return `M${x1},${y1} C${x1},${y1 + dy} ${x2},${y2 - dy} ${x2},${y2}`;
+}
+
+/** @param {string} name */
+export function shortName(name) {
+  const parts = name.split('.');
+  return parts.length > 2 ? `…${parts.slice(-2).join('.')}` : name;
+}
+
+export function tooltip(node, mark) {
+  const lines = [node.module !== undefined ? `${node.module} (${node.type})${node.call ? `, call ${node.call}` : ''}` : node.op || node.id];
+  if (node.in_shapes && node.in_shapes.length) lines.push(`in: ${node.in_shapes.map((s) => s.join('×')).join(', ')}`);
+  if (node.out_shapes && node.out_shapes.length) lines.push(`out: ${node.out_shapes.map((s) => s.join('×')).join(', ')}`);
+  if (node.params) lines.push(`${node.params.toLocaleString()} parameters`);
+  lines.push(mark ? `recorded: ${mark.kinds.join(', ')} — click to open` : node.kind === 'module' ? 'not recorded' : '');
+  return lines.filter(Boolean).join('\n');
+}

@@ -1,0 +1,99 @@
+// The one timeline: the step scrubber (controls.js), play/pause with a speed setting, and the
+// step's wall time. Playing waits for the next step's frames (the app prefetches them), so it
+// never shows half-loaded steps. Hooks: [data-action=play], select[data-action=speed].
+
+import { el, Scrubber } from './controls.js';
+
+/** Steps per second offered by the speed setting. */
+export const SPEEDS = [1, 2, 4, 8, 16];
+
+export class Timeline {
+  /**
+   * @param {(committed: boolean) => void} onMove
+   * @param {(step: number) => boolean} isReady  Whether a step's frames are loaded.
+   */
+  constructor(onMove, isReady) {
+    this.isReady = isReady;
+    this.scrubber = new Scrubber((_index, committed) => onMove(committed));
+    this.element = el('div', 'xray-timeline');
+    this.playButton = /** @type {HTMLButtonElement} */ (el('button', 'xray-button xray-play', '▶ Play'));
+    this.playButton.type = 'button';
+    this.playButton.dataset.action = 'play';
+    this.playButton.title = 'Play through the recorded steps (space)';
+    this.playButton.addEventListener('click', () => this.toggle());
+    this.speed = /** @type {HTMLSelectElement} */ (el('select', 'xray-select xray-speed'));
+    this.speed.dataset.action = 'speed';
+    this.speed.setAttribute('aria-label', 'Playing speed');
+    for (const s of SPEEDS) {
+      const option = /** @type {HTMLOptionElement} */ (el('option', '', `${s} step${s === 1 ? '' : 's'}/s`));
+      option.value = String(s);
+      this.speed.append(option);
+    }
+    this.speed.value = '4';
+    this.wallTime = el('span', 'xray-muted xray-wall-time', '');
+    this.wallTime.id = 'xray-wall-time';
+    this.element.append(this.playButton, this.speed, this.scrubber.element, this.wallTime);
+    this.timer = null;
+    this.playing = false;
+  }
+
+  get steps() { return this.scrubber.steps; }
+  get index() { return this.scrubber.index; }
+  get step() { return this.scrubber.step; }
+
+  setSteps(steps, index) {
+    this.scrubber.setSteps(steps, index);
+    this.playButton.disabled = steps.length <= 1;
+    if (steps.length <= 1) this.pause();
+  }
+
+  /** @param {number} delta */
+  move(delta) {
+    this.scrubber.move(delta);
+  }
+
+  /** @param {number|null} wallTime  Seconds since the epoch. */
+  setWallTime(wallTime) {
+    this.wallTime.textContent = typeof wallTime === 'number' && Number.isFinite(wallTime)
+      ? new Date(wallTime * 1000).toLocaleString()
+      : '';
+  }
+
+  toggle() {
+    if (this.playing) this.pause();
+    else this.play();
+  }
+
+  play() {
+    if (this.scrubber.steps.length <= 1) return;
+    if (this.scrubber.index >= this.scrubber.steps.length - 1) {
+      this.scrubber.setSteps(this.scrubber.steps, 0); // from the start again
+      this.scrubber.changed(true);
+    }
+    this.playing = true;
+    this.playButton.textContent = '❚❚ Pause';
+    this.playButton.dataset.playing = 'true';
+    this.tick();
+  }
+
+  pause() {
+    this.playing = false;
+    clearTimeout(this.timer);
+    this.timer = null;
+    this.playButton.textContent = '▶ Play';
+    this.playButton.dataset.playing = 'false';
+  }
+
+  tick() {
+    clearTimeout(this.timer);
+    if (!this.playing) return;
+    const delay = 1000 / Number(this.speed.value || 4);
+    this.timer = setTimeout(() => {
+      const steps = this.scrubber.steps;
+      const next = this.scrubber.index + 1;
+      if (next >= steps.length) return this.pause();
+      if (this.isReady(steps[next])) this.scrubber.move(1);
+      this.tick(); // not ready: wait for the prefetch rather than show a half-loaded step
+    }, delay);
+  }
+}

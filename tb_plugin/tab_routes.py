@@ -1,0 +1,164 @@
+"""The routes the Xray tab adds for speed and export: binary frames, colour ranges, GIFs.
+
+* ``/frame_bin?run&layer&kind&step``: one frame in the compact binary form of
+  :mod:`tb_plugin.frame_transport`, found through the per-reload :class:`~tb_plugin.run_index.RunIndex`.
+* ``/ranges?run&layer``: each recorded kind's value range over every step (the recorder's ``min`` and
+  ``max`` statistics), for a colour scale fixed over the timeline.
+* ``/gif?run&layer&kind[&fps][&max_frames]``: an animated GIF of one kind over the timeline, drawn
+  by the recorder's :func:`xray_tb.views.save_gif` on one colour scale.
+
+Every parameter is validated with :mod:`tb_plugin.params`; errors are JSON 400/404 like every route.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import threading
+
+import numpy as np
+from tensorboard import errors, plugin_util
+from tensorboard.data import provider
+from werkzeug import wrappers
+
+from tb_plugin import frame_transport, metadata, params, responses, run_index
+
+_GIF_FPS = range(1, 31)
+_GIF_FRAMES = range(1, 501)
+_GIF_LOCK = threading.Lock()  # pyplot is not thread-safe
+_MAX_POINTS = 1_000_000
+
+
+class TabRoutes:
+    """Routes for the Xray tab; ``apps()`` gives them for ``get_plugin_apps``."""
+
+    def __init__(self, data_provider, reader):
+        self._provider = data_provider
+        self.index = run_index.RunIndex(data_provider, reader)
+
+    def apps(self) -> dict:
+        return {"/frame_bin": self.frame_bin_route, "/ranges": self.ranges_route, "/gif": self.gif_route}
+
+    @responses.json_route
+    def frame_bin_route(self, request):
+        args = request.args
+        body = self.frame_bin_impl(
+            *_context(request),
+            run=params.required_str(args, "run"),
+            layer=params.required_str(args, "layer"),
+            kind=params.one_of(args, "kind", metadata.KINDS),
+            step=params.required_int(args, "step"),
+        )
+        return wrappers.Response(body, content_type="application/octet-stream", headers={"X-Content-Type-Options": "nosniff"})
+
+    def frame_bin_impl(self, ctx, experiment_id: str, *, run: str, layer: str, kind: str, step: int) -> bytes:
+        written = self.index.frame(ctx, experiment_id, run, layer, kind, step)
+        header = metadata.FrameHeader.from_json(written.blobs[0])
+        values = metadata.decode_array(written.blobs[1])
+        return frame_transport.frame_body(header, values, run=run, layer=layer, kind=kind, step=step, wall_time=written.wall_time)
+
+    @responses.json_route
+    def ranges_route(self, request):
+        args = request.args
+        return self.ranges_impl(*_context(request), run=params.required_str(args, "run"), layer=params.required_str(args, "layer"))
+
+    def ranges_impl(self, ctx, experiment_id: str, *, run: str, layer: str) -> dict:
+        """``{"run", "layer", "ranges": {kind: {"min", "max"} or None}}`` over every recorded step."""
+        index = self.index.frames(ctx, experiment_id, run)
+        kinds = [kind for kind in metadata.KINDS if (layer, kind) in index.series]
+        if not kinds:
+            self.index.series_of(ctx, experiment_id, run, layer, metadata.KINDS[0])  # raises the 404 naming the layers
+        tags = {metadata.stat_tag(layer, kind, stat): (kind, stat) for kind in kinds for stat in ("min", "max")}
+        scalars = self._provider.read_scalars(
+            ctx,
+            experiment_id=experiment_id,
+            plugin_name="scalars",
+            downsample=_MAX_POINTS,
+            run_tag_filter=provider.RunTagFilter(runs=[run], tags=list(tags)),
+        )
+        found: dict[str, dict[str, list[float]]] = {}
+        for tag, points in (scalars or {}).get(run, {}).items():
+            kind, stat = tags[tag]
+            found.setdefault(kind, {}).setdefault(stat, []).extend(p.value for p in points if math.isfinite(p.value))
+        ranges = {}
+        for kind in kinds:
+            lows, highs = found.get(kind, {}).get("min", []), found.get(kind, {}).get("max", [])
+            ranges[kind] = {"min": min(lows), "max": max(highs)} if lows and highs else None
+        return {"run": run, "layer": layer, "ranges": ranges}
+
+    @responses.json_route
+    def gif_route(self, request):
+        args = request.args
+        fps = _optional_in(args, "fps", 4, _GIF_FPS)
+        max_frames = _optional_in(args, "max_frames", 120, _GIF_FRAMES)
+        body = self.gif_impl(
+            *_context(request),
+            run=params.required_str(args, "run"),
+            layer=params.required_str(args, "layer"),
+            kind=params.one_of(args, "kind", metadata.KINDS),
+            fps=fps,
+            max_frames=max_frames,
+        )
+        name = f"{run_safe(args.get('run'))}_{run_safe(args.get('layer'))}_{args.get('kind')}.gif"
+        return wrappers.Response(body, content_type="image/gif", headers={"Content-Disposition": f'attachment; filename="{name}"'})
+
+    def gif_impl(self, ctx, experiment_id: str, *, run: str, layer: str, kind: str, fps: int, max_frames: int) -> bytes:
+        """GIF bytes of ``kind`` of ``layer`` over at most ``max_frames`` steps, evenly spread."""
+        found = self.index.series_of(ctx, experiment_id, run, layer, kind)
+        steps = found.steps
+        if len(steps) > max_frames:
+            picks = np.linspace(0, len(steps) - 1, max_frames).round().astype(int)
+            steps = [steps[i] for i in sorted(set(picks.tolist()))]
+        frames = []
+        for step in steps:
+            written = self.index.read(ctx, experiment_id, run, found.tag, found.data[step])
+            if written is not None:
+                frames.append((metadata.FrameHeader.from_json(written.blobs[0]), metadata.decode_array(written.blobs[1])))
+        if not frames:
+            raise errors.NotFoundError(f"{layer!r} {kind!r} of run {run!r} has no frames left; reload")
+        return _draw_gif(frames, fps)
+
+
+def _draw_gif(frames, fps: int) -> bytes:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from xray_tb import views
+    except ImportError as error:
+        raise GifUnavailableError(f"GIF export needs matplotlib in TensorBoard's environment: pip install 'xray-tb[notebook]' ({error})") from None
+    handle, path = tempfile.mkstemp(suffix=".gif", prefix="xray-")
+    os.close(handle)
+    try:
+        with _GIF_LOCK:
+            views.save_gif(frames, path, fps=fps)
+        with open(path, "rb") as file:
+            return file.read()
+    finally:
+        os.unlink(path)
+
+
+class GifUnavailableError(errors.PublicError):
+    """matplotlib is missing from TensorBoard's environment: the GIF route is not available (404)."""
+
+    http_code = 404
+
+
+def _optional_in(args, name: str, default: int, allowed: range) -> int:
+    """The optional integer parameter ``name`` within ``allowed`` (400 otherwise)."""
+    if args.get(name) in (None, ""):
+        return default
+    value = params.required_int(args, name)
+    if value not in allowed:
+        raise errors.InvalidArgumentError(f"{name!r} must be from {allowed.start} to {allowed.stop - 1}, got {value}")
+    return value
+
+
+def run_safe(text) -> str:
+    """A file-name-safe form of a run or layer name for Content-Disposition."""
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in str(text or ""))[:80] or "xray"
+
+
+def _context(request) -> tuple:
+    return plugin_util.context(request.environ), plugin_util.experiment_id(request.environ)
