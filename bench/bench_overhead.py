@@ -11,6 +11,11 @@ Variants, each on the digits CNN and an MLP (CPU, batch 32):
   (b+) every-all Xray(every=100) recording weight, weight_grad, output, activation (where one
                  follows) and grad of every conv and linear layer: the tensors (c) summarises, and more
   (b') manual    no schedule, drafted plan, `if step % 100 == 0: xray.take_graphs(step)`
+  (h) health     Xray with training health on (the default) and no capture due: per-iteration gradient
+                 and weight statistics only
+  (h+) every-health  (b) with training health on: the drafted plan every 100 steps, activation
+                 statistics and histograms at those captures
+  (h-) health-thin  (h) thinned: HealthOptions(every=4), per-iteration statistics on one iteration in 4
   (c) histograms SummaryWriter.add_histogram of every parameter and its grad every 100 steps
   (d) wandb      wandb.watch(log="all", log_freq=100) offline, when wandb is installed
 
@@ -43,17 +48,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from examples.digits import LeNetDigits, digits_loader  # noqa: E402
 from xray_tb import Xray  # noqa: E402
 from xray_tb.schedules import at  # noqa: E402
+from xray_tb.health import HealthOptions  # noqa: E402
 
 EVERY = 100
 # variant: (schedule, record every kind of every conv and linear layer rather than the draft, write
-# through a user's SummaryWriter rather than logdir=)
+# through a user's SummaryWriter rather than logdir=, training health on)
 XRAY_VARIANTS = {
-    "idle": (at([]), True, False),
-    "armed": (None, False, False),
-    "every": (EVERY, False, False),
-    "every-writer": (EVERY, False, True),
-    "every-all": (EVERY, True, False),
-    "manual": (None, False, False),
+    "idle": (at([]), True, False, False),
+    "armed": (None, False, False, False),
+    "every": (EVERY, False, False, False),
+    "every-writer": (EVERY, False, True, False),
+    "every-all": (EVERY, True, False, False),
+    "manual": (None, False, False, False),
+    "health": (at([]), False, False, True),
+    "every-health": (EVERY, False, False, True),
+    "health-thin": (at([]), False, False, HealthOptions(every=4)),
 }
 
 
@@ -88,11 +97,11 @@ class Loop:
         self.step = 0
         self.xray = self.writer = None
         if variant in XRAY_VARIANTS:
-            schedule, everything, shared = XRAY_VARIANTS[variant]
+            schedule, everything, shared, health = XRAY_VARIANTS[variant]
             if shared:
                 self.writer = SummaryWriter(logdir)
             where = {"writer": self.writer} if shared else {"logdir": logdir}
-            self.xray = Xray(self.model, input_size=(1, 8, 8), every=schedule, **where)
+            self.xray = Xray(self.model, input_size=(1, 8, 8), every=schedule, health=health, **where)
             if everything:
                 self.xray.set_plan(full_plan(self.xray))
         if variant == "histograms":
@@ -110,6 +119,8 @@ class Loop:
         recorder = self.xray._resources.recorder if self.xray is not None and not instrumented else None
         if recorder is not None:
             recorder.disarm()  # private on purpose: a bench-only switch, restored below
+            if self.xray._health is not None:
+                self.xray._health._recorder.disarm()  # training health's own hooks too
         gc.collect()  # collected before the clock starts, for every variant alike
         start = time.process_time()
         for x, y in data:
@@ -117,6 +128,8 @@ class Loop:
         elapsed = (time.process_time() - start) / len(data)
         if recorder is not None:
             self.xray._arm_for(self.xray._next_step)
+            if self.xray._health is not None:
+                self.xray._health._arm_for(self.xray._next_step)
         return elapsed
 
     def _step(self, x, y, instrumented: bool) -> None:
@@ -126,7 +139,7 @@ class Loop:
         due = self.step % EVERY == 0
         if not instrumented:
             pass
-        elif self.variant in ("idle", "every", "every-writer", "every-all"):
+        elif self.variant in ("idle", "every", "every-writer", "every-all", "health", "every-health", "health-thin"):
             self.xray.take_graphs()
         elif self.variant == "manual" and due:
             self.xray.take_graphs(self.step)

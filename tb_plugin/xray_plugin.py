@@ -2,7 +2,9 @@
 
 Each route is a pair: ``*_route(request)`` parses and validates the request, ``*_impl(ctx, ...)``
 reads through TensorBoard's data provider and returns a JSON-able body, so it can be tested without
-HTTP. Data is read per request (never cached here), so new captures show up on reload.
+HTTP. Data is read per request (never cached here), so new captures show up on reload. Reading goes
+through :class:`tb_plugin.series.SeriesReader`, which makes the last write of a repeated step win
+on both of TensorBoard's loaders.
 """
 
 from __future__ import annotations
@@ -13,12 +15,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tensorboard import errors, plugin_util
-from tensorboard.data import provider
 from tensorboard.plugins import base_plugin
 
-from tb_plugin import layout, metadata, params, responses
-
-_MAX_STEPS = 1_000_000  # points per series asked from the data provider: every captured step
+from tb_plugin import bias_routes, health_routes, layout, metadata, params, responses, series, tab_routes
 
 
 def _static_root() -> Path:
@@ -34,7 +33,10 @@ class XrayPlugin(base_plugin.TBPlugin):
 
     def __init__(self, context: base_plugin.TBContext):
         self._provider = context.data_provider
+        self._series = series.SeriesReader(context.data_provider, context.multiplexer)
+        self._tab = tab_routes.TabRoutes(context.data_provider, self._series)  # /frame_bin, /ranges, /gif
         self._static = _static_root()
+        responses.hide_server_paths(context.logdir, self._static)
 
     def get_plugin_apps(self):
         return {
@@ -43,7 +45,11 @@ class XrayPlugin(base_plugin.TBPlugin):
             "/architecture": self.architecture_route,
             "/plan": self.plan_route,
             "/frame": self.frame_route,
+            **self._tab.apps(),
+            **health_routes.apps(self._series),  # /health, /findings
+            **bias_routes.apps(self._series),  # /bias/evaluations, /bias/result, /bias/series, /bias/examples
             "/static/*": self.static_route,
+            "/static": self.static_route,  # an empty or cut-off file name: a JSON 404 too
         }
 
     def is_active(self) -> bool:
@@ -94,11 +100,11 @@ class XrayPlugin(base_plugin.TBPlugin):
 
     def layers_impl(self, ctx, experiment_id: str, run: str) -> dict[str, Any]:
         tags = self._run_tags(ctx, experiment_id, run)
-        frame_tags = {tag: parsed for tag in tags if (parsed := metadata.parse_frame_tag(tag))}
-        series = self._read(ctx, experiment_id, run, list(frame_tags)) if frame_tags else {}
+        frame_tags = _frame_tags(tags)
+        steps = self._series.steps(ctx, experiment_id, run, list(frame_tags.values()))
         layers: dict[str, dict[str, list[int]]] = {}
-        for tag, (layer, kind) in frame_tags.items():
-            layers.setdefault(layer, {})[kind] = sorted({datum.step for datum in series.get(tag, [])})
+        for (layer, kind), tag in frame_tags.items():
+            layers.setdefault(layer, {})[kind] = steps[tag]
         architecture = self._document(ctx, experiment_id, run, metadata.ARCHITECTURE_TAG, tags)
         types = metadata.module_types(architecture)
         names = sorted(layers, key=metadata.layer_sort_key(architecture))
@@ -123,20 +129,18 @@ class XrayPlugin(base_plugin.TBPlugin):
 
     def frame_impl(self, ctx, experiment_id: str, *, run: str, layer: str, kind: str, step: int) -> dict[str, Any]:
         tags = self._run_tags(ctx, experiment_id, run)
-        tag = metadata.frame_tag(layer, kind)
-        if tag not in tags:
-            recorded = sorted({parsed[0] for t in tags if (parsed := metadata.parse_frame_tag(t))})
+        frame_tags = _frame_tags(tags)
+        tag = frame_tags.get((layer, kind))
+        if tag is None:
+            recorded = sorted({name for name, _ in frame_tags})
             if layer not in recorded:
                 raise errors.NotFoundError(f"run {run!r} has no layer {layer!r}; recorded layers: {_listing(recorded)}")
             raise errors.NotFoundError(f"layer {layer!r} of run {run!r} has no {kind!r} frames")
-        data = self._read(ctx, experiment_id, run, [tag]).get(tag, [])
-        datum = next((d for d in data if d.step == step), None)
-        if datum is None:
-            steps = sorted(d.step for d in data)
+        written = self._series.last_write(ctx, experiment_id, run, tag, step)
+        if written is None:
+            steps = self._series.steps(ctx, experiment_id, run, [tag])[tag]
             raise errors.NotFoundError(f"{layer!r} {kind!r} was not recorded at step {step}; recorded steps: {_listing(steps)}")
-        header_blob, values_blob = (self._provider.read_blob(ctx, blob_key=ref.blob_key) for ref in datum.values[:2])
-        header = metadata.FrameHeader.from_json(header_blob)
-        frame = metadata.decode_array(values_blob)
+        header, frame = checked_frame(written.blobs[0], written.blobs[1])
         panels = layout.to_panels(frame)
         low, high, nonfinite = layout.finite_range(panels)
         single = frame.ndim <= 2
@@ -145,7 +149,7 @@ class XrayPlugin(base_plugin.TBPlugin):
             "layer": layer,
             "kind": kind,
             "step": step,
-            "wall_time": datum.wall_time,
+            "wall_time": written.wall_time,
             "meta": {
                 "run_id": header.run_id,
                 "original_shape": header.original_shape,
@@ -170,42 +174,23 @@ class XrayPlugin(base_plugin.TBPlugin):
             "nonfinite": nonfinite,
         }
 
-    # Data access --------------------------------------------------------------------------------
+    # Data access (see tb_plugin.series) -------------------------------------------------------
 
     def _list(self, ctx, experiment_id: str, run: Optional[str] = None) -> dict[str, dict]:
-        run_filter = provider.RunTagFilter(runs=[run]) if run is not None else None
-        listing = self._provider.list_blob_sequences(
-            ctx, experiment_id=experiment_id, plugin_name=metadata.PLUGIN_NAME, run_tag_filter=run_filter
-        )
-        return {
-            run_name: {tag: ts for tag, ts in tags.items() if metadata.parse_plugin_content(ts.plugin_content)}
-            for run_name, tags in (listing or {}).items()
-        }
+        return self._series.list(ctx, experiment_id, run)
 
     def _run_tags(self, ctx, experiment_id: str, run: str) -> dict:
-        tags = self._list(ctx, experiment_id, run).get(run)
-        if not tags:
-            raise errors.NotFoundError(f"no Xray data for run {run!r}")
-        return tags
-
-    def _read(self, ctx, experiment_id: str, run: str, tags: list[str]) -> dict[str, list]:
-        result = self._provider.read_blob_sequences(
-            ctx,
-            experiment_id=experiment_id,
-            plugin_name=metadata.PLUGIN_NAME,
-            downsample=_MAX_STEPS,
-            run_tag_filter=provider.RunTagFilter(runs=[run], tags=tags),
-        )
-        return (result or {}).get(run, {})
+        return self._series.run_tags(ctx, experiment_id, run)
 
     def _document(self, ctx, experiment_id: str, run: str, tag: str, tags: dict) -> Any:
-        if tag not in tags:
-            return None
-        data = self._read(ctx, experiment_id, run, [tag]).get(tag, [])
-        if not data:
-            return None
-        latest = max(data, key=lambda datum: datum.step)
-        return json.loads(self._provider.read_blob(ctx, blob_key=latest.values[0].blob_key))
+        """The document written last under a meta tag, or None."""
+        written = self._series.latest(ctx, experiment_id, run, tag) if tag in tags else None
+        return json.loads(written.blobs[0]) if written is not None else None
+
+
+def _frame_tags(tags) -> dict[tuple[str, str], str]:
+    """``{(layer, kind): tag}`` of the frame tags among ``tags``, layer names decoded."""
+    return {parsed: tag for tag in tags if (parsed := metadata.parse_frame_tag(tag))}
 
 
 def _listing(items: list, limit: int = 20) -> str:
@@ -233,3 +218,14 @@ class XrayLoader(base_plugin.TBLoader):
 
     def load(self, context):
         return XrayPlugin(context)
+
+
+def checked_frame(header_blob: bytes, values_blob: bytes):
+    """A stored frame's header and values; a 422 when its values fail their checksum."""
+    try:
+        return metadata.decode_frame(header_blob, values_blob)
+    except metadata.DamagedFrameError as error:
+        raise responses.DamagedDataError(
+            f"{error}. TensorBoard's fast loader serves records without checking their checksums; start TensorBoard "
+            "with --load_fast=false to skip damaged records"
+        ) from None

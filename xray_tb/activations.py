@@ -46,10 +46,12 @@ def recompute(op: str, kwargs: dict, tensor: torch.Tensor) -> torch.Tensor:
     non-finite numbers, stored by the tracer as ``"inf"``, ``"-inf"`` and ``"nan"``, are passed as
     the floats they were."""
     function, names = FUNCTIONAL_ACTIVATIONS[op]
-    arguments = {name: _argument(kwargs[name]) for name in names if name in kwargs}
+    arguments = traced_arguments({name: kwargs[name] for name in names if name in kwargs})
     with torch.no_grad():
         return function(tensor, **arguments)
 
 
-def _argument(value):
-    return _NON_FINITE.get(value, value) if isinstance(value, str) else value
+def traced_arguments(kwargs) -> dict:
+    """A traced op's arguments (a dict or its items) with non-finite numbers back as floats."""
+    items = kwargs.items() if isinstance(kwargs, dict) else kwargs
+    return {name: _NON_FINITE.get(value, value) if isinstance(value, str) else value for name, value in items}

@@ -4,25 +4,29 @@
     run.records()                           # {layer: {kind: [steps]}}
     values, header = run.load("conv1", "weight", 20)
     stats = run.to_pandas()                 # one row per (step, layer, kind)
+
+Reading is tolerant: a damaged record or an unreadable value is skipped with a
+:class:`~xray_tb.records.DamagedEventFileWarning` naming the file and the byte offset, and every
+other frame is read. A step written twice (a crashed run resumed into the same folder) reads as its
+last write (see :mod:`xray_tb.run_contents`).
 """
 
 from __future__ import annotations
 
 import bisect
 import copy
-import dataclasses
 import difflib
-import json
 import os
 from typing import Any, Optional
 
+import numpy as np
 import torch
-from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
-from tensorboard.util import tensor_util
+from google.protobuf.message import DecodeError
+from tensorboard.compat.proto import event_pb2
 
 from tb_plugin import metadata
-from xray_tb.checksums import use_fast_crc32c
+from xray_tb.records import RecordReader
+from xray_tb.run_contents import RunContents, StoredFrame, holds_xray_blobs
 
 _EVENT_FILE_PREFIX = "events.out.tfevents."
 _MAX_LISTED_STEPS = 10  # an error lists every recorded step up to this many, else the nearest ones
@@ -35,7 +39,8 @@ def open_run(logdir: str | os.PathLike) -> RecordedRun:
         logdir: one run directory, the one holding the ``events.out.tfevents.*`` files.
 
     Returns:
-        The run, its event files read once.
+        The run, its event files read once (damaged records and unreadable values skipped, with a
+        :class:`~xray_tb.records.DamagedEventFileWarning` each).
 
     Raises:
         FileNotFoundError: ``logdir`` is not a directory.
@@ -44,26 +49,31 @@ def open_run(logdir: str | os.PathLike) -> RecordedRun:
     return RecordedRun(logdir)
 
 
-@dataclasses.dataclass(frozen=True)
-class _StoredFrame:
-    header: bytes  # FrameHeader JSON
-    values: bytes  # .npy
+def last_recorded_step(logdir: str | os.PathLike) -> Optional[int]:
+    """The highest step at which the event files directly in ``logdir`` hold an Xray frame.
 
+    Cheap: it parses each event but decodes no frame, and skips damaged records without a warning.
 
-@dataclasses.dataclass
-class _StoredStats:
-    wall_time: float
-    values: dict[str, float]
-
-
-@dataclasses.dataclass
-class _Contents:
-    """Everything Xray wrote in a run's event files; a later write of a step replaces an earlier one."""
-
-    #: layer → kind → step → frame
-    frames: dict[str, dict[str, dict[int, _StoredFrame]]] = dataclasses.field(default_factory=dict)
-    stats: dict[tuple[str, str, int], _StoredStats] = dataclasses.field(default_factory=dict)  # by (layer, kind, step)
-    documents: dict[str, tuple[int, Any]] = dataclasses.field(default_factory=dict)  # meta tag → (step, document)
+    Returns:
+        That step; None when ``logdir`` does not exist or holds no Xray frame.
+    """
+    logdir = os.fspath(logdir)
+    if not os.path.isdir(logdir):
+        return None
+    last = None
+    for name in sorted(os.listdir(logdir)):
+        if not _is_event_file(logdir, name):
+            continue
+        for record in RecordReader(os.path.join(logdir, name), warn=False).read():
+            try:
+                event = event_pb2.Event.FromString(record.data)
+            except DecodeError:
+                continue
+            if (last is None or event.step > last) and any(
+                metadata.parse_frame_tag(value.tag) and holds_xray_blobs(value) for value in event.summary.value
+            ):
+                last = event.step
+    return last
 
 
 class RecordedRun:
@@ -74,17 +84,19 @@ class RecordedRun:
 
     def __init__(self, logdir: str | os.PathLike):
         self.logdir = os.fspath(logdir)
-        self._contents = _Contents()
-        self._loaders: dict[str, EventFileLoader] = {}
+        self._contents = RunContents()
+        self._readers: dict[str, RecordReader] = {}
         self.reload()
 
     def reload(self) -> None:
-        """Read what was written to the run's event files since the last read (new files too)."""
-        use_fast_crc32c()
+        """Read what was written to the run's event files since the last read (new files too).
+
+        A record still being written at the end of a file is read by a later reload, once complete.
+        """
         for path in _event_files(self.logdir):
-            loader = self._loaders.setdefault(path, EventFileLoader(path))
-            for event in loader.Load():
-                _add_event(self._contents, event)
+            reader = self._readers.setdefault(path, RecordReader(path))
+            for record in reader.read():
+                self._contents.add_record(path, record)
         self._layer_key = metadata.layer_sort_key(self.architecture)
 
     def __repr__(self) -> str:
@@ -100,6 +112,25 @@ class RecordedRun:
     def plan(self) -> Optional[dict]:
         """The latest plan, ``{layer: {kind: bool}}``, or None if the run has none."""
         return self._document(metadata.PLAN_TAG)
+
+    def findings(self) -> list:
+        """The training-health findings last written to the run (see :mod:`xray_tb.health`)."""
+        from xray_tb.health import reading
+
+        return reading.findings(self.logdir)
+
+    def health(self, stat: str) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """One training-health statistic: ``(layers, steps, values)``, values layers × steps (NaN: none)."""
+        from xray_tb.health import reading
+
+        return reading.series(self.logdir, stat)
+
+    def bias(self) -> dict:
+        """The Attention-IoU evaluations written to the run, ``{evaluation: {step: BiasReport}}``
+        (see :mod:`xray_tb.bias`)."""
+        from xray_tb.bias.recording import read_reports
+
+        return read_reports(self.logdir)
 
     def records(self) -> dict[str, dict[str, list[int]]]:
         """What was recorded, ``{layer: {kind: [steps]}}``.
@@ -161,7 +192,7 @@ class RecordedRun:
         layer, kind, step = key
         return step, self._layer_key(layer), metadata.KINDS.index(kind)
 
-    def _steps(self, layer: str, kind: str) -> dict[int, _StoredFrame]:
+    def _steps(self, layer: str, kind: str) -> dict[int, StoredFrame]:
         """``{step: frame}`` of a recorded layer and kind; a ValueError saying what was recorded otherwise."""
         if kind not in metadata.KINDS:
             raise ValueError(f"unknown kind {kind!r}; valid kinds: {', '.join(metadata.KINDS)}")
@@ -198,51 +229,9 @@ def _is_event_file(directory: str, name: str) -> bool:
     return name.startswith(_EVENT_FILE_PREFIX) and os.path.isfile(os.path.join(directory, name))
 
 
-def _add_event(contents: _Contents, event: event_pb2.Event) -> None:
-    """File every Xray value of ``event`` into ``contents``."""
-    for value in event.summary.value:
-        stat = metadata.parse_stat_tag(value.tag)
-        if stat is not None:
-            _add_stat(contents, stat, event, value)
-            continue
-        blobs = _xray_blobs(value)
-        if blobs is None:
-            continue
-        frame = metadata.parse_frame_tag(value.tag)
-        if frame is not None and len(blobs) >= 2:
-            layer, kind = frame
-            contents.frames.setdefault(layer, {}).setdefault(kind, {})[event.step] = _StoredFrame(*blobs[:2])
-        elif value.tag in metadata.META_TAGS:
-            current = contents.documents.get(value.tag)
-            if current is None or event.step >= current[0]:
-                contents.documents[value.tag] = (event.step, json.loads(blobs[0]))
-
-
-def _add_stat(
-    contents: _Contents, stat: tuple[str, str, str], event: event_pb2.Event, value: summary_pb2.Summary.Value
-) -> None:
-    layer, kind, name = stat
-    stored = contents.stats.setdefault((layer, kind, event.step), _StoredStats(event.wall_time, {}))
-    stored.wall_time = event.wall_time
-    stored.values[name] = float(tensor_util.make_ndarray(value.tensor))  # EventFileLoader made simple_value a tensor
-
-
-def _xray_blobs(value: summary_pb2.Summary.Value) -> Optional[list[bytes]]:
-    """The blobs of an Xray blob-sequence value; None for other plugins' values and unknown versions."""
-    plugin = value.metadata.plugin_data
-    if plugin.plugin_name == metadata.PLUGIN_NAME:
-        if metadata.parse_plugin_content(plugin.content) is None:
-            return None
-    elif plugin.plugin_name:  # no plugin name: metadata left out after a tag's first value
-        return None
-    if value.tensor.dtype != types_pb2.DT_STRING:
-        return None
-    return list(value.tensor.string_val)
-
-
-def _decode(stored: _StoredFrame) -> tuple[torch.Tensor, metadata.FrameHeader]:
-    values = torch.from_numpy(metadata.decode_array(stored.values)).float()
-    return values, metadata.FrameHeader.from_json(stored.header)
+def _decode(stored: StoredFrame) -> tuple[torch.Tensor, metadata.FrameHeader]:
+    header, values = metadata.decode_frame(stored.header, stored.values)
+    return torch.from_numpy(np.asarray(values, dtype=np.float32)), header
 
 
 def _unknown_layer_message(layer: str, recorded: list[str], logdir: str) -> str:

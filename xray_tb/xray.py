@@ -21,7 +21,7 @@ from xray_tb.capture import MISSING_REASONS, CaptureContext, CaptureReport, capt
 from xray_tb.health import HealthMixin, HealthOptions
 from xray_tb.hooks import TapRecorder, _Hook
 from xray_tb.probe import run_probe
-from xray_tb.reader import RecordedRun, open_run
+from xray_tb.reader import RecordedRun, last_recorded_step, open_run
 from xray_tb.schedules import ScheduleLike, as_schedule
 from xray_tb.selectors import RandomFilters, Selector
 from xray_tb.summary_table import summary_table
@@ -128,6 +128,7 @@ class Xray(HealthMixin):
         self._selector = selector if selector is not None else RandomFilters()
         self._budget = operator.index(budget_bytes)
         first_plan = self._prepare(self.draft_plan() if plan is None else plan)  # before anything is opened
+        _warn_about_earlier_captures(logdir if writer is None else writer.log_dir)
         self._resources = _Resources(EventSink(logdir=logdir, writer=writer))
         self._logdir = self._resources.sink.logdir
         self._finalizer = weakref.finalize(self, self._resources.release)
@@ -227,6 +228,7 @@ class Xray(HealthMixin):
         due = self._probe is None and self.is_due(step)
         if due != recorder.armed:  # checked first: this runs on every step
             recorder.arm() if due else recorder.disarm()
+        self._health_arm(step)  # training health's own hooks, for its health steps
 
     def _optimizer_stepped(self) -> None:
         self._next_step += 1
@@ -383,6 +385,13 @@ class Xray(HealthMixin):
         """A text table of the traced graph: name, type or op, output shape, parameters."""
         return summary_table(self.architecture)
 
+    def attention_iou(self, loader, *, target: int, protected: int, masks=None, **options):
+        """Attention-IoU of the model over ``loader``, written into the run at the current step and
+        returned as a :class:`xray_tb.bias.BiasReport`; see :func:`xray_tb.bias.recording.attention_iou`."""
+        from xray_tb.bias.recording import attention_iou
+
+        return attention_iou(self, loader, target=target, protected=protected, masks=masks, **options)
+
     # Life cycle -----------------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -410,6 +419,17 @@ def _step_counter(xray_ref: "weakref.ref[Xray]") -> _Hook:
             xray._optimizer_stepped()
 
     return _Hook(count)
+
+
+def _warn_about_earlier_captures(logdir: str) -> None:
+    """Warn once when the run directory already holds Xray captures (a resumed or repeated run)."""
+    previous = last_recorded_step(logdir)
+    if previous is not None:
+        warnings.warn(
+            f"{logdir!r} already holds Xray captures up to step {previous}; a step recorded again replaces the earlier "
+            "one (the last write wins). Give each run its own logdir to keep both",
+            stacklevel=3,
+        )
 
 
 def _trace(model: nn.Module, args: tuple, kwargs: dict) -> dict:

@@ -1,0 +1,105 @@
+"""Saturation, variance across channels and weight histograms, each checked against the test's own numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from tensorboard.plugins.histogram import summary_v2
+from tensorboard.util import tensor_util
+from torch import nn
+from torch.nn import functional as F
+
+from tb_plugin import health_metadata
+from xray_tb import Xray
+from xray_tb.health.stats.saturation import saturated_fraction
+
+from tests.health.helpers import scalars, values_by_tag
+
+
+def _tanh_run(tmp_path, scale: float):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    generator = torch.Generator().manual_seed(1)
+    expected = {}
+    with Xray(model, input_size=(8,), logdir=str(tmp_path), every=2) as xray:
+        for step in range(6):
+            x, y = torch.randn(64, 8, generator=generator) * scale, torch.randint(0, 3, (64,), generator=generator)
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            if step % 2 == 0:
+                with torch.no_grad():
+                    expected[step] = float((torch.tanh(model[0](x)).abs() >= 0.99).double().mean())
+            xray.take_graphs()
+            optimizer.step()
+        findings = xray.findings()
+    return scalars(tmp_path)[("0", "saturation")], expected, findings
+
+
+def test_inputs_times_100_into_tanh_saturate_it_and_normal_inputs_do_not(tmp_path):
+    got, expected, findings = _tanh_run(tmp_path / "big", 100.0)
+    assert sorted(got) == [0, 2, 4] and all(got[s] == pytest.approx(expected[s], abs=1e-6) for s in got)
+    assert min(got.values()) > 0.9
+    assert [(f.rule, f.layer, f.step) for f in findings if f.rule == "saturation"] == [("saturation", "0", 0)]
+    got, expected, findings = _tanh_run(tmp_path / "normal", 1.0)
+    assert all(got[s] == pytest.approx(expected[s], abs=1e-6) for s in got) and max(got.values()) < 0.05
+    assert not [f for f in findings if f.rule == "saturation"]
+
+
+@pytest.mark.parametrize(
+    "activation, params, values, expected",
+    [
+        ("Sigmoid", {}, [0.005, 0.5, 0.995, 0.999], 0.75),
+        ("tanh", {}, [-0.995, 0.0, 0.5, 0.989], 0.25),
+        ("Hardtanh", {"min_val": -2.0, "max_val": 2.0}, [-2.0, 2.0, 1.9, 0.0], 0.5),
+        ("ReLU6", {}, [0.0, 6.0, 5.9, 6.0], 0.5),
+        ("ReLU", {}, [0.0, 1.0], None),
+    ],
+)
+def test_saturation_by_activation_type(activation, params, values, expected):
+    result = saturated_fraction(activation, params, torch.tensor(values), margin=0.01)
+    assert (result is None) if expected is None else float(result) == pytest.approx(expected)
+
+
+def test_softmax_saturation_counts_rows_near_one_hot():
+    rows = torch.tensor([[0.995, 0.005, 0.0], [0.5, 0.25, 0.25], [0.0, 1.0, 0.0], [0.3, 0.3, 0.4]])
+    assert float(saturated_fraction("softmax", {"dim": 1}, rows, margin=0.01)) == 0.5
+    assert float(saturated_fraction("Softmax", {"dim": 0}, rows.T, margin=0.01)) == 0.5
+
+
+def test_channel_variance_vectors_and_weight_histograms(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 36, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    generator = torch.Generator().manual_seed(0)
+    variances, weights = {}, {}
+    with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=3) as xray:
+        for step in range(7):
+            x, y = torch.randn(16, 1, 6, 6, generator=generator), torch.randint(0, 3, (16,), generator=generator)
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            if step % 3 == 0:
+                with torch.no_grad():
+                    activation = F.relu(model[0](x)).double().numpy()
+                variances[step] = activation.transpose(1, 0, 2, 3).reshape(4, -1).var(axis=1, ddof=1)
+                weights[step] = {name: model[int(name)].weight.detach().numpy().copy() for name in ("0", "3")}
+            xray.take_graphs()
+            optimizer.step()
+    vectors = values_by_tag(tmp_path, health_metadata.vector_tag("channel_var"))[health_metadata.vector_tag("channel_var")]
+    assert [step for step, _ in vectors] == [0, 3, 6]
+    for step, value in vectors:
+        decoded = health_metadata.decode_vectors(list(tensor_util.make_ndarray(value.tensor)))
+        np.testing.assert_allclose(decoded["0"], variances[step], rtol=1e-5)
+    channel_var = scalars(tmp_path)[("0", "channel_var")]
+    assert all(channel_var[s] == pytest.approx(variances[s].mean(), rel=1e-5) for s in variances)
+    # Weight histograms of the planned layers at each capture, in TensorBoard's histogram format.
+    histograms = values_by_tag(tmp_path, health_metadata.HISTOGRAM_PREFIX)
+    assert set(histograms) == {health_metadata.histogram_tag("0"), health_metadata.histogram_tag("3")}
+    for layer in ("0", "3"):
+        written = histograms[health_metadata.histogram_tag(layer)]
+        assert [step for step, _ in written] == [0, 3, 6]
+        for step, value in written:
+            assert value.metadata.plugin_data.plugin_name == "histograms"
+            reference = summary_v2.histogram_pb("t", weights[step][layer]).value[0]
+            np.testing.assert_allclose(tensor_util.make_ndarray(value.tensor), tensor_util.make_ndarray(reference.tensor), rtol=1e-6)

@@ -1,0 +1,100 @@
+"""Planted dead units are reported exactly, named in a finding, and pruned without changing outputs."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from xray_tb import Xray, open_run
+from xray_tb.health import HealthOptions
+
+from tests.health.helpers import batches, scalars
+
+DEAD = sorted(random.Random(3).sample(range(64), 16))
+
+
+def planted_model() -> nn.Sequential:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+    with torch.no_grad():
+        model[0].weight[DEAD] = 0.0
+        model[0].bias[DEAD] = -10.0
+    return model
+
+
+def train(model, xray, optimizer, data):
+    for x, y in data:
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        xray.take_graphs()
+        optimizer.step()
+
+
+def test_planted_dead_units_are_found_named_and_pruned_without_changing_outputs(tmp_path):
+    model = planted_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    data = batches(48)
+    xray = Xray(model, input_size=(16,), logdir=str(tmp_path), every=4)
+    train(model, xray, optimizer, data)
+    # Independently: over every batch trained on, exactly the planted units never fire.
+    with torch.no_grad():
+        inputs = torch.cat([x for x, _ in data])
+        fired = (F.relu(model[0](inputs)) > 0).any(dim=0)
+    assert sorted(torch.nonzero(~fired).flatten().tolist()) == DEAD
+    assert xray.dead_units() == {"0": DEAD}
+    assert xray.dead_units(threshold=-20.0) == {}
+    findings = [f for f in xray.findings() if f.rule == "dead_units"]
+    assert [(f.layer, f.value) for f in findings] == [("0", 0.25)]
+    assert findings[0].step == 28  # health steps 0, 4, ..., 28: the window of 8 is full there
+    dead_fraction = scalars(tmp_path)[("0", "dead_fraction")]
+    assert sorted(dead_fraction) == list(range(0, 48, 4)) and set(dead_fraction.values()) == {0.25}
+
+    report = xray.prune()  # a dry run changes nothing
+    assert [(e.layer, e.units, e.parameters, e.applied) for e in report] == [("0", DEAD, 16 * (16 + 1), False)]
+    assert isinstance(model[0]._parameters["weight"], nn.Parameter) and not hasattr(model[0], "weight_mask")
+
+    probe = torch.randn(256, 16, generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        before = model(probe)
+    report = xray.prune(dry_run=False)
+    assert [(e.layer, e.units, e.parameters, e.applied) for e in report] == [("0", DEAD, 16 * 17, True)]
+    with torch.no_grad():
+        after = model(probe)
+    assert torch.equal(before, after)
+    assert torch.equal(model[0].weight_mask[DEAD], torch.zeros(16, 16)) and model[0].weight_mask.sum() == 48 * 16
+    assert torch.equal(model[0].bias_mask[DEAD], torch.zeros(16)) and model[0].bias_mask.sum() == 48
+
+    train(model, xray, optimizer, batches(8, seed=1))  # training goes on, statistics too
+    assert torch.isfinite(model[0].weight).all() and torch.equal(model[0].weight[DEAD], torch.zeros(16, 16))
+    xray.close()
+    grad_l2 = scalars(tmp_path)[("0", "grad_l2")]
+    assert sorted(grad_l2) == list(range(56))
+    assert open_run(tmp_path).findings() == xray.findings()  # written into the run
+    assert ("dead_units", "0", 28) in [(f.rule, f.layer, f.step) for f in open_run(tmp_path).findings()]
+
+
+def test_remove_makes_pruning_permanent(tmp_path):
+    model = planted_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=4, health=HealthOptions(dead_window=2)) as xray:
+        train(model, xray, optimizer, batches(8))
+        report = xray.prune(dry_run=False, remove=True)
+        assert report[0].units == DEAD and report[0].applied
+        assert isinstance(model[0]._parameters["weight"], nn.Parameter) and not hasattr(model[0], "weight_orig")
+        assert torch.equal(model[0].weight.detach()[DEAD], torch.zeros(16, 16)) and torch.equal(model[0].bias.detach()[DEAD], torch.zeros(16))
+        train(model, xray, optimizer, batches(4, seed=2))
+
+
+def test_layers_whose_outputs_pruning_would_change_are_reported_not_masked(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 8), nn.Sigmoid(), nn.Linear(8, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=1, health=HealthOptions(dead_window=2)) as xray:
+        train(model, xray, optimizer, batches(3))
+        report = xray.prune(threshold=1.0, dry_run=False)  # every sigmoid value is <= 1
+        assert [(e.layer, e.units, e.applied) for e in report] == [("0", list(range(8)), False)]
+        assert "Sigmoid" in report[0].reason and not hasattr(model[0], "weight_mask")

@@ -1,0 +1,174 @@
+"""Per-iteration gradient and weight statistics, checked against numpy at every step and read back
+from the event files with TensorBoard's reader; the model is left exactly as it was."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from xray_tb import Xray, open_run
+from xray_tb.health import HealthOptions
+
+from tests.health.helpers import batches, gradient_stats, relu_mlp, scalars, weighted
+
+STEPS = 25
+
+
+def _train(model, xray, data, optimizer, every_call=True, due=None):
+    expected: dict = {}
+    weights_before: dict = {}
+    for step, (x, y) in enumerate(data):
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        for name, module in weighted(model).items():
+            for stat, value in gradient_stats(module.weight.grad).items():
+                expected.setdefault((name, stat), {})[step] = value
+            w = module.weight.detach().double().numpy()
+            expected.setdefault((name, "weight_l2"), {})[step] = float(np.sqrt((w * w).sum()))
+            weights_before.setdefault(name, {})[step] = w.copy()
+        if every_call or step in due:
+            xray.take_graphs()
+        optimizer.step()
+    return expected, weights_before
+
+
+def test_every_iteration_matches_numpy_read_back_from_the_event_files(tmp_path):
+    model = relu_mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10, health=HealthOptions(update_every=1)) as xray:
+        expected, before = _train(model, xray, batches(STEPS), optimizer)
+    written = scalars(tmp_path)
+    assert {layer for layer, _ in written} == {"0", "2", "4"}
+    for (layer, stat), by_step in expected.items():
+        got = written[(layer, stat)]
+        assert sorted(got) == list(range(STEPS)), (layer, stat)
+        for step, value in by_step.items():
+            # float32 sums: the mean (near 0 for the last layer) is exact to a millionth of the largest |g|
+            tolerance = 1e-6 * expected[(layer, "grad_absmax")][step] if stat == "grad_mean" else 1e-12
+            assert got[step] == pytest.approx(value, rel=1e-4 if stat == "grad_var" else 1e-5, abs=tolerance), (layer, stat, step)
+    for layer, by_step in before.items():  # the update ratio: ||w(s) - w(s-1)|| / ||w(s-1)||
+        ratios = written[(layer, "update_ratio")]
+        assert sorted(ratios) == list(range(1, STEPS))
+        for step in range(1, STEPS):
+            previous = by_step[step - 1]
+            want = np.linalg.norm(by_step[step] - previous) / np.linalg.norm(previous)
+            assert ratios[step] == pytest.approx(want, rel=1e-4)
+    # The full series (plugin data, kept whole) holds the same numbers, layers in dataflow order.
+    layers, steps, values = open_run(tmp_path).health("grad_l2")
+    assert layers == ["0", "2", "4"] and list(steps) == list(range(STEPS))
+    for row, layer in enumerate(layers):
+        np.testing.assert_allclose(values[row], [expected[(layer, "grad_l2")][s] for s in range(STEPS)], rtol=1e-5)
+
+
+def test_update_ratio_is_sampled_one_iteration_in_update_every(tmp_path):
+    model = relu_mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10) as xray:  # update_every=10 by default
+        _train(model, xray, batches(STEPS), optimizer)
+    assert sorted(scalars(tmp_path)[("0", "update_ratio")]) == [1, 11, 21]
+
+
+def test_with_an_optimizer_every_step_counts_though_take_graphs_runs_at_captures_only(tmp_path):
+    model = relu_mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    due = set(range(0, STEPS, 5))
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=5, optimizer=optimizer) as xray:
+        expected, _ = _train(model, xray, batches(STEPS), optimizer, every_call=False, due=due)
+        assert xray.records()["0"]["activation"] == sorted(due)
+    written = scalars(tmp_path)
+    for (layer, stat), by_step in expected.items():
+        assert sorted(written[(layer, stat)]) == list(range(STEPS))
+        for step, value in by_step.items():  # before the optimizer step moved the weights
+            tolerance = 1e-6 * expected[(layer, "grad_absmax")][step] if stat == "grad_mean" else 1e-12
+            assert written[(layer, stat)][step] == pytest.approx(value, rel=1e-4, abs=tolerance)
+
+
+def test_the_model_is_left_exactly_as_it_was_and_every_hook_goes_on_close(tmp_path):
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 4))
+    twin = copy.deepcopy(model)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (model, twin)]
+    data = batches(12)
+    xray = Xray(model, input_size=(16,), logdir=str(tmp_path), every=3, optimizer=optimizers[0])
+    for instrumented, (net, optimizer) in ((True, (model, optimizers[0])), (False, (twin, optimizers[1]))):
+        torch.manual_seed(5)
+        for step, (x, y) in enumerate(data):
+            optimizer.zero_grad()
+            F.cross_entropy(net(x), y).backward()
+            if instrumented:
+                xray.take_graphs()
+                xray.findings()
+            optimizer.step()
+        rng = torch.get_rng_state()
+        if instrumented:
+            rng_model = rng
+    assert torch.equal(rng_model, rng)
+    for (name, a), (_, b) in zip(model.named_parameters(), twin.named_parameters()):
+        assert torch.equal(a, b) and torch.equal(a.grad, b.grad), name
+    assert model.training and all(m.training for m in model.modules())
+    xray.close()
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+    assert not optimizers[0]._optimizer_step_pre_hooks and not optimizers[0]._optimizer_step_post_hooks
+
+
+def test_health_false_writes_nothing_of_health_and_says_so(tmp_path):
+    model = relu_mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=5, health=False) as xray:
+        _train(model, xray, batches(6), optimizer)
+        with pytest.raises(RuntimeError, match="health=True"):
+            xray.findings()
+    assert scalars(tmp_path) == {}
+    with pytest.raises(TypeError, match="health="):
+        Xray(model, input_size=(16,), logdir=str(tmp_path), health="yes")
+    with pytest.raises(ValueError, match="every"):
+        HealthOptions(every=0)
+    with pytest.raises(ValueError, match="unknown rules 'dead'"):
+        Xray(model, input_size=(16,), logdir=str(tmp_path), health=HealthOptions(rules={"dead": {}}))
+
+
+def test_custom_statistics_and_epochs_match_numpy(tmp_path):
+    model = relu_mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = batches(10)
+    expected: dict = {}
+    activation_means: dict = {}
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=2) as xray:
+        xray.add_statistic("wmax", lambda t: float(t.abs().max()), kinds=("weight",))
+        xray.add_statistic("amean", lambda t: t.mean(), kinds=("activation",))
+        with pytest.raises(ValueError, match="exists already"):
+            xray.add_statistic("grad_l2", lambda t: 0.0, kinds=("weight",))
+        with pytest.raises(ValueError, match="kinds must be some of"):
+            xray.add_statistic("x", lambda t: 0.0, kinds=("bias",))
+        epochs = []
+        for epoch in range(2):
+            for step in range(5):
+                x, y = data[epoch * 5 + step]
+                optimizer.zero_grad()
+                hidden = F.relu(model[0](x))
+                F.cross_entropy(model(x), y).backward()
+                s = epoch * 5 + step
+                expected.setdefault(epoch, []).append({name: gradient_stats(m.weight.grad)["grad_l2"] for name, m in weighted(model).items()})
+                expected.setdefault("wmax", {})[s] = float(model[4].weight.detach().abs().max())
+                if s % 2 == 0:
+                    activation_means[s] = float(hidden.detach().double().mean())
+                xray.take_graphs()
+                optimizer.step()
+            epochs.append(xray.end_epoch())
+    written = scalars(tmp_path)
+    for step, value in expected["wmax"].items():
+        assert written[("4", "wmax")][step] == pytest.approx(value, rel=1e-6)
+    assert sorted(written[("0", "amean")]) == sorted(activation_means)
+    for step, value in activation_means.items():
+        assert written[("0", "amean")][step] == pytest.approx(value, rel=1e-5)
+    for epoch, moments in enumerate(epochs):
+        for layer in ("0", "2", "4"):
+            series = np.array([row[layer] for row in expected[epoch]])
+            mean, var = moments[layer]["grad_l2"]
+            assert mean == pytest.approx(series.mean(), rel=1e-5) and var == pytest.approx(series.var(ddof=1), rel=1e-3)
+    assert "update_ratio" in epochs[0]["0"] and "wmax" in epochs[1]["4"]

@@ -1,0 +1,112 @@
+"""The /health and /findings routes over real recorded runs, on both of TensorBoard's loaders."""
+
+from __future__ import annotations
+
+import base64
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+from xray_tb import Xray, open_run
+
+from tests.health.helpers import batches, relu_mlp, scalars
+from tests.plugin.test_routes import get, serve
+from tests.tensorboard_server import get_json, tensorboard
+
+STEPS = 30
+
+
+def record(logdir):
+    model = relu_mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Xray(model, input_size=(16,), logdir=str(logdir), every=10) as xray:
+        for step, (x, y) in enumerate(batches(STEPS)):
+            if step == 20:
+                with torch.no_grad():
+                    model[2].weight[0, 0] = float("nan")
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            xray.take_graphs()
+            optimizer.step()
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("health_logdir")
+    record(root / "run_a")
+    return root
+
+
+def matrix(body) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(body["values"]), dtype="<f4").reshape(body["shape"])
+
+
+def test_health_serves_every_step_as_a_layers_by_steps_matrix(logdir):
+    client = serve(logdir)
+    code, body = get(client, "/health", run="run_a", stat="grad_l2")
+    assert code == 200 and body["layers"] == ["0", "2", "4"] and body["steps"] == list(range(STEPS))
+    values = matrix(body)
+    written = scalars(logdir / "run_a")
+    for row, layer in enumerate(body["layers"]):
+        expected = [written[(layer, "grad_l2")][step] for step in range(STEPS)]
+        np.testing.assert_array_equal(values[row], np.asarray(expected, dtype=np.float32))
+    layers, steps, series = open_run(logdir / "run_a").health("grad_l2")
+    np.testing.assert_array_equal(values, series)
+    code, body = get(client, "/health", run="run_a", stat="dead_fraction")
+    assert code == 200 and body["steps"] == [0, 10, 20] and body["layers"] == ["0", "2"]
+
+
+def test_findings_route_returns_what_open_run_reads(logdir):
+    client = serve(logdir)
+    code, body = get(client, "/findings", run="run_a")
+    assert code == 200 and body["run"] == "run_a"
+    expected = [f.to_dict() for f in open_run(logdir / "run_a").findings()]
+    nonfinite = [f for f in body["findings"] if f["rule"] == "nonfinite"]
+    assert nonfinite == [dict(next(e for e in expected if e["rule"] == "nonfinite"), value="NaN")]
+    assert nonfinite[0]["layer"] == "2" and nonfinite[0]["step"] == 20
+
+
+@pytest.mark.parametrize(
+    "path, params, code, words",
+    [
+        ("/health", {"run": "run_a"}, 400, "missing required parameter 'stat'"),
+        ("/health", {"stat": "grad_l2"}, 400, "missing required parameter 'run'"),
+        ("/health", {"run": "run_a", "stat": "grad l2/x"}, 400, "'stat' must be a statistic name"),
+        ("/health", {"run": "run_a", "stat": "grad_l3"}, 404, "no health statistic 'grad_l3'; recorded: channel_var, dead_fraction"),
+        ("/health", {"run": "nope", "stat": "grad_l2"}, 404, "no Xray data for run 'nope'"),
+        ("/findings", {}, 400, "missing required parameter 'run'"),
+        ("/findings", {"run": "nope"}, 404, "no Xray data for run 'nope'"),
+    ],
+)
+def test_bad_parameters_are_named(logdir, path, params, code, words):
+    status, body = get(serve(logdir), path, **params)
+    assert status == code and body["code"] == code and words in body["error"]
+
+
+def test_a_run_without_health_says_so(tmp_path):
+    model = relu_mlp()
+    with Xray(model, input_size=(16,), logdir=str(tmp_path / "run"), health=False) as xray:
+        model(torch.randn(2, 16)).sum().backward()
+        xray.take_graphs()
+    client = serve(tmp_path)
+    assert get(client, "/findings", run="run") == (200, {"run": "run", "findings": []})
+    status, body = get(client, "/health", run="run", stat="grad_l2")
+    assert status == 404 and "health=False" in body["error"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loader", ["rust", "python"])
+def test_both_loaders_serve_health_and_findings(tmp_path, loader):
+    record(tmp_path / "logs" / "run")
+    extra = ["--load_fast=false"] if loader == "python" else []
+    with tensorboard(sys.executable, tmp_path / "logs", cwd=tmp_path, extra=extra) as url:
+        health = get_json(f"{url}/data/plugin/xray/health?run=run&stat=grad_l1")
+        findings = get_json(f"{url}/data/plugin/xray/findings?run=run")
+        scalar_tags = get_json(f"{url}/data/plugin/scalars/tags")["run"]
+    assert health["steps"] == list(range(STEPS)) and health["layers"] == ["0", "2", "4"]
+    np.testing.assert_array_equal(matrix(health), open_run(tmp_path / "logs" / "run").health("grad_l1")[2])
+    assert ("nonfinite", "2", 20) in [(f["rule"], f["layer"], f["step"]) for f in findings["findings"]]
+    assert "xray_health/0/grad_l2" in scalar_tags  # in the Scalars tab, next to the loss

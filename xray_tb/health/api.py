@@ -1,0 +1,149 @@
+"""The training-health methods of :class:`~xray_tb.Xray` (a mixin, so the facade stays small).
+
+``Xray`` wires it with five calls: :meth:`HealthMixin._start_health` in ``__init__``,
+:meth:`_health_iteration` on every ``take_graphs()`` call when steps are counted by those calls,
+:meth:`_health_arm` wherever Xray arms its own hooks for a step, :meth:`_health_capture` at each
+capture, and the monitor's ``close()`` when resources are released.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+import weakref
+from typing import Callable, Optional, Sequence, Union
+
+import torch
+
+from tb_plugin import health_metadata
+from xray_tb.health import pruning
+from xray_tb.health.findings import Finding, NonFinite
+from xray_tb.health.monitor import HealthMonitor
+from xray_tb.health.options import HealthOptions, as_options
+from xray_tb.health.stats import CUSTOM_KINDS, CustomActivationStatistic, CustomParameterStatistic
+from xray_tb.hooks import _Hook
+
+
+class HealthMixin:
+    """Training health: per-iteration gradient and weight statistics, dead units, saturation, channel
+    variance, the first non-finite value and findings (see README, "Training health")."""
+
+    _health: Optional[HealthMonitor] = None
+
+    def _start_health(self, health: Union[bool, HealthOptions, None], optimizer: Optional[torch.optim.Optimizer]) -> None:
+        options = as_options(health)
+        if options is None:
+            return
+        ref = weakref.ref(self)  # the monitor must not keep the Xray alive (its finalizer closes it)
+
+        def capture_due(step: int) -> bool:
+            xray = ref()  # with a probe, captures run on the probe batch: no activation statistics by default
+            return xray is not None and xray._probe is None and xray.is_due(step)
+
+        monitor = HealthMonitor(self._model, self._graph, self.architecture, options, self._resources.sink, capture_due, self._next_step)
+        if optimizer is not None:
+
+            def iteration(step: int) -> None:  # inside the user's optimizer.step(): never raises
+                xray = ref()
+                if xray is not None:
+                    xray._health_iteration(step)
+
+            monitor.watch_optimizer(optimizer, lambda: getattr(ref(), "_next_step", None), _Hook, iteration)
+        self._health = self._resources.health = monitor
+
+    def _health_iteration(self, step: int) -> None:
+        if self._health is not None:
+            _contained(self, "measuring", step, self._health.iteration, step)
+
+    def _health_arm(self, step: int) -> None:
+        if self._health is not None:
+            _contained(self, "arming its hooks for", step, self._health.arm_for, step)
+
+    def _health_capture(self, step: int) -> None:
+        if self._health is not None:
+            _contained(self, "writing", step, self._health.capture, step, list(self._plan))
+
+    def _monitor(self) -> HealthMonitor:
+        if self._health is None:
+            raise RuntimeError("training health is switched off for this Xray: create it with health=True (the default)")
+        return self._health
+
+    @property
+    def first_nonfinite(self) -> Optional[NonFinite]:
+        """None, or where the first NaN/Inf appeared: ``step``, ``layer`` and ``kind`` (weight, output,
+        activation or weight_grad). Weights and gradients are checked every health iteration, outputs and
+        activations at health steps."""
+        monitor = self._monitor()
+        monitor.flush()
+        return monitor.first_nonfinite
+
+    def findings(self) -> list[Finding]:
+        """What the rules found wrong so far, in the order first seen (see :mod:`xray_tb.health.rules`)."""
+        return self._monitor().findings()
+
+    def dead_units(self, threshold: Optional[float] = None) -> dict[str, list[int]]:
+        """``{layer: sorted unit indices}`` of layers with units whose activation stayed at or below
+        ``threshold`` (default: ``HealthOptions.dead_threshold``, 0) over the recent health steps."""
+        return self._monitor().dead.dead(threshold)
+
+    def prune(self, threshold: Optional[float] = None, dry_run: bool = True, remove: bool = False) -> list[pruning.PruneEntry]:
+        """Mask the dead units' weight rows or filters and biases with ``torch.nn.utils.prune``.
+
+        With ``dry_run=True`` (the default) nothing changes: the report says what would be masked.
+        ``remove=True`` makes the pruning permanent. This is the one Xray call that changes the model.
+        Layers that cannot be pruned without changing outputs are reported with a ``reason``.
+        """
+        monitor = self._monitor()
+        layers = {layer.name: layer for layer in monitor.scope.activations}
+        report = pruning.plan(layers, self.dead_units(threshold))
+        if dry_run:
+            return report
+        monitor.flush()
+        report = pruning.apply(layers, report, remove)
+        if any(entry.applied for entry in report):
+            monitor.weights_changed()
+        return report
+
+    def add_statistic(self, name: str, fn: Callable[[torch.Tensor], float], kinds: Sequence[str] = ("weight_grad",)) -> None:
+        """Compute ``fn(tensor) -> float`` (or a 0-d tensor) per layer: on each layer's ``weight`` or
+        ``weight_grad`` at every health iteration, on its ``activation`` at health steps. It is written
+        like the built-ins, as ``name`` (``name[kind]`` when several kinds are given)."""
+        monitor = self._monitor()
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]{1,48}", name):
+            raise ValueError(f"add_statistic name must be letters, digits, '_', '.' or '-' (1-48 of them), got {name!r}")
+        if not callable(fn):
+            raise TypeError(f"add_statistic fn must be callable as fn(tensor) -> float, got {type(fn).__name__}")
+        kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+        unknown = [kind for kind in kinds if kind not in CUSTOM_KINDS]
+        if not kinds or unknown:
+            raise ValueError(f"add_statistic kinds must be some of {', '.join(CUSTOM_KINDS)}; got {kinds!r}")
+        for kind in dict.fromkeys(kinds):
+            stat = name if len(kinds) == 1 else f"{name}[{kind}]"
+            if not health_metadata.STAT_NAME.fullmatch(stat):
+                raise ValueError(f"statistic name {stat!r} is too long")
+            if kind == "activation":
+                family = CustomActivationStatistic([layer.name for layer in monitor.scope.activations], stat, fn)
+            else:
+                family = CustomParameterStatistic([layer.name for layer in monitor.scope.weighted], stat, fn, kind)
+            monitor.add_family(family)
+
+    def end_epoch(self) -> dict[str, dict[str, tuple[float, float]]]:
+        """Close an epoch: each per-iteration statistic's mean over the epoch's iterations and its
+        variance across them, ``{layer: {stat: (mean, var)}}``, also written to the run."""
+        return self._monitor().end_epoch()
+
+
+def _contained(xray, what: str, step: int, function: Callable, *args) -> None:
+    """Run a health call; a failure costs that step's health statistics, never the training. It is
+    warned once per kind of failure."""
+    try:
+        function(*args)
+    except Exception as error:  # noqa: BLE001 - training health must never crash training
+        key = ("health", what, type(error).__name__)
+        if key not in xray._warned:
+            xray._warned.add(key)
+            warnings.warn(
+                f"training health failed {what} step {step} ({type(error).__name__}: {error}); that step's health "
+                "statistics are skipped and training goes on. Switch health off with Xray(..., health=False)",
+                stacklevel=4,
+            )

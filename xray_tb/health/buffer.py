@@ -1,0 +1,67 @@
+"""Rows of statistics kept on the device, one per step, brought to the host in blocks (one sync each)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Optional
+
+import numpy as np
+import torch
+
+from xray_tb.health.stats.base import Statistic
+
+
+@dataclasses.dataclass
+class Block:
+    """Rows brought to the host: ``columns[(family index, column)]`` is steps × layers (float64), NaN where
+    a value was absent (``absent`` marks those) or not finite."""
+
+    steps: np.ndarray
+    walls: np.ndarray
+    columns: dict[tuple[int, str], np.ndarray]
+    absent: dict[tuple[int, str], np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+class RowBuffer:
+    """Stacks each step's 0-d values (one per column and layer of each family) into one device row."""
+
+    def __init__(self, families: list[Statistic]):
+        self._layout = [(index, column, len(family.layers)) for index, family in enumerate(families) for column in family.columns]
+        self._rows: list[torch.Tensor] = []
+        self._steps: list[int] = []
+        self._walls: list[float] = []
+        self._absent: list[tuple[int, list[int]]] = []  # (row, positions of absent values), rare
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def add(self, step: int, values: list[Optional[torch.Tensor]], nan: torch.Tensor) -> None:
+        """One step's values in layout order; None marks an absent value."""
+        missing = [i for i, value in enumerate(values) if value is None]
+        if missing:
+            self._absent.append((len(self._rows), missing))
+            values = [nan if value is None else value for value in values]
+        self._rows.append(torch.stack(values).float() if values else nan.new_empty(0))  # stack promotes mixed dtypes
+        self._steps.append(int(step))
+        self._walls.append(time.time())
+
+    def take(self) -> Optional[Block]:
+        """The buffered rows on the host (None when there are none); the buffer is emptied."""
+        if not self._rows:
+            return None
+        matrix = torch.stack(self._rows).cpu().numpy().astype(np.float64)
+        absent = np.zeros(matrix.shape, dtype=bool)
+        for row, positions in self._absent:
+            absent[row, positions] = True
+        block = Block(np.asarray(self._steps, np.int64), np.asarray(self._walls), {}, {})
+        offset = 0
+        for index, column, width in self._layout:
+            block.columns[(index, column)] = matrix[:, offset: offset + width]
+            block.absent[(index, column)] = absent[:, offset: offset + width]
+            offset += width
+        self._rows, self._steps, self._walls, self._absent = [], [], [], []
+        return block

@@ -1,0 +1,300 @@
+"""The health monitor: drives the statistic families, buffers their rows, judges and writes them.
+
+Per iteration (:meth:`HealthMonitor.iteration`) the per-iteration families reduce the weights and
+gradients on their device into one row; at health steps the activation families read the activations
+that the monitor's own forward hooks kept (armed for health steps only). Rows reach the host in blocks
+(at captures, every ``flush_every`` iterations, when a result is asked for, and at close), where the
+first non-finite value is located, the rules are run and everything is written.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+from tensorboard.compat.proto import event_pb2
+from torch import nn
+
+from tb_plugin import health_metadata
+from xray_tb.activations import recompute
+from xray_tb.graph import Graph
+from xray_tb.health import nonfinite, writing
+from xray_tb.health.buffer import Block, RowBuffer
+from xray_tb.health.epochs import EpochAccumulator
+from xray_tb.health.findings import FindingBook, NonFinite
+from xray_tb.health.options import HealthOptions
+from xray_tb.health.rules import RuleInput, make_rules
+from xray_tb.health.scope import Scope
+from xray_tb.health.stats import (
+    ActivationStatistic, ActivationValue, ChannelVariance, DeadUnits, ForwardChecks, GradientStatistics,
+    IterationStatistic, IterationView, Saturation, Statistic, UpdateRatio, WeightNorm,
+)
+from xray_tb.health.stats.histograms import add_weight_histograms
+from xray_tb.hooks import TapRecorder
+from xray_tb.schedules import as_schedule
+from xray_tb.writer import EventSink
+
+
+class HealthMonitor:
+    def __init__(self, model: nn.Module, graph: Graph, architecture: dict, options: HealthOptions, sink: EventSink,
+                 capture_due: Callable[[int], bool], first_step: int = 0):
+        self.options = options
+        self.scope = scope = Scope(model, graph, architecture)
+        self._sink = sink
+        self._capture_due = capture_due
+        self._schedule = as_schedule(options.activations)
+        self._due: tuple[Optional[int], bool] = (None, False)
+        device = next((layer.param.device for layer in scope.weighted), torch.device("cpu"))
+        self._nan = torch.full((), math.nan, device=device)
+        weighted = [layer.name for layer in scope.weighted]
+        self.update_ratio = UpdateRatio(weighted, options.update_every)
+        self.iteration_families: list[IterationStatistic] = [
+            GradientStatistics(weighted, [layer.param.numel() for layer in scope.weighted]), WeightNorm(weighted), self.update_ratio]
+        activated = [layer.name for layer in scope.activations]
+        self.dead = DeadUnits(activated, options.dead_window, options.dead_threshold)
+        self.activation_families: list[ActivationStatistic] = [
+            self.dead, Saturation(activated, options.saturation_margin), ChannelVariance(activated, options.channel_dim)]
+        self._checks = ForwardChecks(list(scope.output_taps))
+        self.rules = make_rules(options.rules, options.dead_window)
+        self._book = FindingBook()
+        self.first_nonfinite: Optional[NonFinite] = None
+        self._epochs = EpochAccumulator()
+        self._epoch = 0
+        self._findings_version = 0
+        self._iterations = 0
+        self._measured = 0
+        self._vectors: list[tuple[int, float, dict[str, tuple[list[str], list[Optional[torch.Tensor]]]]]] = []
+        self._rebuild_buffers()
+        taps = set(scope.output_taps.values()) | {layer.source.tap for layer in scope.activations}
+        self._recorder = TapRecorder(model, scope.modules, taps, copy={t for t in taps if graph.overwritten_in_place(t)}, grads=set())
+        self._optimizer_handle = None
+        self.arm_for(first_step)
+
+    # Driving ------------------------------------------------------------------------------------
+
+    def iteration(self, step: int) -> None:
+        """One training iteration, filed under ``step``: call after backward, before the optimizer step."""
+        index = self._iterations
+        self._iterations += 1
+        self._recorder.claim()  # the thread that trains is the one whose forwards are kept
+        if index % self.options.every == 0:
+            self._measure_parameters(step)
+        if self._activations_due(step):
+            self._measure_activations(step)
+        if len(self._iteration_rows) >= self.options.flush_every or len(self._activation_rows) >= self.options.flush_every:
+            self.flush()
+
+    def capture(self, step: int, planned: list[str]) -> None:
+        """At a capture: a histogram of each planned layer's weight, then write what is buffered."""
+        if self.options.histograms:
+            weights = {layer.name: layer.param for layer in self.scope.weighted if layer.name in planned}
+            if weights:
+                event = event_pb2.Event(step=int(step), wall_time=time.time())
+                add_weight_histograms(event.summary, weights)
+                self._sink.add_event(event)
+        self.flush()
+
+    def watch_optimizer(self, optimizer: torch.optim.Optimizer, current_step: Callable[[], Optional[int]], wrap: Callable,
+                        iteration: Optional[Callable[[int], None]] = None) -> None:
+        """Count iterations as ``optimizer``'s steps: a step pre-hook measures before the weights move
+        (through ``iteration`` when given, e.g. a call that contains failures)."""
+        measure = iteration or self.iteration
+
+        def before_step(optimizer, args, kwargs) -> None:
+            step = current_step()
+            if step is not None:
+                measure(step)
+
+        self._optimizer_handle = optimizer.register_step_pre_hook(wrap(before_step))
+
+    def _activations_due(self, step: int) -> bool:
+        if self._due[0] != step:
+            self._due = (step, bool(self._schedule(step) if self._schedule is not None else self._capture_due(step)))
+        return self._due[1]
+
+    def arm_for(self, step: int) -> None:
+        """Arm the activation hooks for the forward of ``step`` when it is a health step (called when
+        Xray arms its own, after it asked its schedule about ``step``)."""
+        due = self._activations_due(step)
+        if due != self._recorder.armed:
+            self._recorder.arm() if due else self._recorder.disarm()
+
+    # Measuring ----------------------------------------------------------------------------------
+
+    def _measure_parameters(self, step: int) -> None:
+        weights = self._weights
+        with torch.no_grad():
+            view = IterationView(weights, [w.grad for w in weights], self._nan, self._measured)
+            row: list = []
+            for family in self.iteration_families:
+                result = family.compute(view)
+                for column in family.columns:
+                    row.extend(result[column])
+            self._iteration_rows.add(step, row, self._nan)
+        self._measured += 1
+
+    def _measure_activations(self, step: int) -> None:
+        kept = self._recorder.latest
+        scope = self.scope
+        with torch.no_grad():
+            values = []
+            for layer in scope.activations:
+                source = kept.get(layer.source.tap)
+                activation = None
+                if source is not None and source.outputs:
+                    tensor = next(iter(source.outputs.values()))
+                    activation = recompute(layer.source.op, dict(layer.source.kwargs), tensor) if layer.source.op else tensor
+                values.append(ActivationValue(layer, activation, _first(kept.get(scope.output_taps[layer.name]))))
+            row: list = []
+            vectors: dict = {}
+            for family in self.activation_families:
+                result = family.compute(values, self._nan)
+                for column in family.columns:
+                    row.extend(result[column])
+                vectors.update({stat: (family.layers, tensors) for stat, tensors in family.vectors().items()})
+            activations = {value.layer.name: value.activation for value in values}
+            checks = self._checks.compute([_first(kept.get(tap)) for tap in scope.output_taps.values()],
+                                          [activations.get(name) for name in scope.output_taps])
+            for column in self._checks.columns:
+                row.extend(checks[column])
+            self._activation_rows.add(step, row, self._nan)
+        if vectors:
+            self._vectors.append((int(step), time.time(), vectors))
+        self._recorder.clear()
+
+    # Writing ------------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Bring the buffered rows to the host (one sync), judge them and write them (no-op once closed)."""
+        if self._sink is None:
+            return
+        iterations, activations = self._iteration_rows.take(), self._activation_rows.take()
+        vectors, self._vectors = self._vectors, []
+        if iterations is None and activations is None and not vectors:
+            return
+        series = _series(iterations, self.iteration_families)
+        activation_series = _series(activations, self.activation_families)
+        if self.first_nonfinite is None:
+            self.first_nonfinite = self._locate_nonfinite(iterations, activations)
+        self._judge(iterations, series, activations, activation_series)
+        for stat, entry in series.items():
+            self._epochs.add(stat, entry.layers, entry.values, entry.absent)
+        events = []
+        for block, block_series in ((iterations, series), (activations, activation_series)):
+            if block is not None and block_series:
+                events += writing.scalar_events(block.steps, block.walls, block_series)
+                events.append(writing.series_event(block.steps, float(block.walls[0]), block_series))
+        for step, wall, by_stat in vectors:
+            for stat, (layers, tensors) in by_stat.items():
+                kept = [(name, t) for name, t in zip(layers, tensors) if t is not None]
+                if kept:
+                    arrays = [t.float().cpu().numpy() for _, t in kept]
+                    events.append(writing.vector_event(step, wall, stat, [name for name, _ in kept], arrays))
+        if self._book.changed:
+            findings = [finding.to_dict() for finding in self._book.findings()]
+            events.append(event_pb2.Event(step=self._findings_version, wall_time=time.time(),
+                                                  summary=health_metadata.findings_summary(findings)))
+            self._findings_version += 1
+            self._book.written()
+        for event in events:
+            self._sink.add_event(event)
+        self._sink.flush()
+
+    def _locate_nonfinite(self, iterations: Optional[Block], activations: Optional[Block]) -> Optional[NonFinite]:
+        flags = nonfinite.FlagRows()
+        if iterations is not None:
+            for index, family in enumerate(self.iteration_families):
+                for column, kind in family.nonfinite_kinds.items():
+                    values, absent = iterations.columns[(index, column)], iterations.absent[(index, column)]
+                    flags.add(iterations.steps, family.layers, ~np.isfinite(values) & ~absent, kind)
+        if activations is not None:
+            index = len(self.activation_families)
+            for column, kind in (("output_nonfinite", "output"), ("activation_nonfinite", "activation")):
+                values, absent = activations.columns[(index, column)], activations.absent[(index, column)]
+                flags.add(activations.steps, self._checks.layers, (values > 0) & ~absent, kind)
+        return nonfinite.first_nonfinite(flags, self.scope.order)
+
+    def _judge(self, iterations: Optional[Block], series: dict, activations: Optional[Block], activation_series: dict) -> None:
+        empty = np.zeros(0, dtype=np.int64)
+        block = RuleInput(
+            steps=iterations.steps if iterations is not None else empty,
+            layers=list(self.iteration_families[0].layers),
+            stats={stat: np.where(entry.absent, np.nan, entry.values) for stat, entry in series.items()},
+            sizes=np.asarray([layer.param.numel() for layer in self.scope.weighted], dtype=np.float64),
+            health_steps=activations.steps if activations is not None else empty,
+            health_layers=list(self.dead.layers),
+            health_stats={stat: np.where(entry.absent, np.nan, entry.values) for stat, entry in activation_series.items()},
+            first_nonfinite=self.first_nonfinite,
+        )
+        for rule in self.rules:
+            for hit in rule.check(block):
+                self._book.add(rule.name, hit, rule.message(hit))
+
+    # Results ------------------------------------------------------------------------------------
+
+    def findings(self) -> list:
+        self.flush()
+        return self._book.findings()
+
+    def end_epoch(self) -> dict[str, dict[str, tuple[float, float]]]:
+        self.flush()
+        moments = self._epochs.close_epoch()
+        if moments:
+            self._sink.add_event(writing.epoch_event(self._epoch, time.time(), moments))
+            self._sink.flush()
+        self._epoch += 1
+        return moments
+
+    def add_family(self, family: Statistic) -> None:
+        """Measure one more statistic family from now on (what is buffered is written first)."""
+        self.flush()
+        names = {c for f in (*self.iteration_families, *self.activation_families) for c in f.columns}
+        for column in family.columns:
+            if column in names or column in health_metadata.BUILTIN_STATS:
+                raise ValueError(f"a statistic named {column!r} exists already; choose another name")
+        (self.iteration_families if isinstance(family, IterationStatistic) else self.activation_families).append(family)
+        self._rebuild_buffers()
+
+    def weights_changed(self) -> None:
+        """The weight parameters were replaced (pruning): find them again."""
+        self.flush()
+        self.scope.refresh_weights()
+        self.update_ratio.forget()
+        self._rebuild_buffers()
+
+    def _rebuild_buffers(self) -> None:
+        self._weights = [layer.param for layer in self.scope.weighted]
+        self._iteration_rows = RowBuffer(list(self.iteration_families))
+        self._activation_rows = RowBuffer([*self.activation_families, self._checks])
+
+    def close(self) -> None:
+        """Write what is buffered and remove every hook; idempotent."""
+        try:
+            if self._sink is not None:
+                self.flush()
+        finally:
+            self._recorder.remove()
+            if self._optimizer_handle is not None:
+                self._optimizer_handle.remove()
+                self._optimizer_handle = None
+            self._sink = None
+
+
+def _first(value) -> Optional[torch.Tensor]:
+    return None if value is None or not value.outputs else next(iter(value.outputs.values()))
+
+
+def _series(block: Optional[Block], families: list) -> dict[str, writing.Series]:
+    """The written statistics of ``families`` over ``block``: ``{stat: Series}``."""
+    if block is None:
+        return {}
+    out = {}
+    for index, family in enumerate(families):
+        columns = {column: block.columns[(index, column)] for column in family.columns}
+        absent = np.logical_or.reduce([block.absent[(index, column)] for column in family.columns]) if family.columns else None
+        for stat, values in family.finalize(columns).items():
+            out[stat] = writing.Series(list(family.layers), values, absent)
+    return out

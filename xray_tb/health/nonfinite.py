@@ -1,0 +1,46 @@
+"""Finding the origin of the first non-finite value in a block of statistics.
+
+At the first step where anything is non-finite, the origin is the earliest layer in dataflow order
+whose weight (as the forward used it) or forward value (output or activation, seen at health steps) is
+non-finite; when only gradients are, it is the latest layer in dataflow order with a non-finite
+gradient: where backward starts.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from xray_tb.health.findings import NonFinite
+
+#: Forward kinds in the order they are named when one layer has several.
+_FORWARD_KINDS = ("weight", "output", "activation")
+
+
+class FlagRows:
+    """Per-step sets of layers flagged non-finite, by kind: ``{step: {kind: set(layers)}}``."""
+
+    def __init__(self):
+        self.by_step: dict[int, dict[str, set[str]]] = {}
+
+    def add(self, steps: np.ndarray, layers: list[str], flags: np.ndarray, kind: str) -> None:
+        """``flags``: steps × layers booleans."""
+        for row, column in zip(*np.nonzero(flags)):
+            self.by_step.setdefault(int(steps[row]), {}).setdefault(kind, set()).add(layers[column])
+
+
+def first_nonfinite(rows: FlagRows, order: list[str]) -> Optional[NonFinite]:
+    """The origin at the earliest flagged step, or None when nothing was flagged."""
+    if not rows.by_step:
+        return None
+    step = min(rows.by_step)
+    kinds = rows.by_step[step]
+    rank = {name: index for index, name in enumerate(order)}
+    forward = [(rank.get(layer, len(rank)), kind, layer) for kind in _FORWARD_KINDS for layer in kinds.get(kind, ())]
+    if forward:
+        _, kind, layer = min(forward, key=lambda item: (item[0], _FORWARD_KINDS.index(item[1])))
+        return NonFinite(step, layer, kind)
+    grads = kinds.get("weight_grad", set())
+    layer = max(grads, key=lambda name: rank.get(name, -1))
+    return NonFinite(step, layer, "weight_grad")

@@ -1,0 +1,65 @@
+"""The ``health=`` option of :class:`~xray_tb.Xray`: switch training health off, or thin it."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Optional, Union
+
+from xray_tb.schedules import ScheduleLike, as_schedule
+
+
+@dataclasses.dataclass(frozen=True)
+class HealthOptions:
+    """How much training health to compute (``Xray(..., health=HealthOptions(...))``).
+
+    Args:
+        every: per-iteration statistics (gradients, weight norms) on every n-th iteration (1: all).
+        activations: when activation statistics (dead units, saturation, channel variance, output
+            checks) run: None (default) at Xray's captures (never in probe mode, whose captures run
+            on the probe batch), an int n, or a callable ``step -> bool``.
+        update_every: the update ratio is measured on one iteration in this many (a copy of the
+            weights is kept for one iteration); 1 measures it on every iteration.
+        dead_window: dead units are judged over this many recent health steps.
+        dead_threshold: a unit is dead when its activation stays at or below this value.
+        saturation_margin: sigmoid and tanh values within this margin of their bounds, and softmax
+            rows whose largest value is within it of 1, count as saturated.
+        channel_dim: the dimension of the activation whose per-index variance is ``channel_var``
+            (None: the unit dimension, channels of a conv and features of a linear layer).
+        flush_every: write the buffered statistics at least every this many iterations.
+        histograms: write a TensorBoard histogram of each planned layer's weight at each capture.
+        rules: per-rule settings, ``{"vanishing_gradient": {"ratio": 1e-4}, "saturation": False}``;
+            ``False`` switches a rule off. See :mod:`xray_tb.health.rules` for each rule's settings.
+    """
+
+    every: int = 1
+    activations: ScheduleLike = None
+    update_every: int = 10
+    dead_window: int = 8
+    dead_threshold: float = 0.0
+    saturation_margin: float = 0.01
+    channel_dim: Optional[int] = None
+    flush_every: int = 500
+    histograms: bool = True
+    rules: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        for name in ("every", "update_every", "dead_window", "flush_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"HealthOptions({name}=...) takes a whole number >= 1, got {value!r}")
+        if not 0 <= self.saturation_margin < 0.5:
+            raise ValueError(f"HealthOptions(saturation_margin=...) takes a number in [0, 0.5), got {self.saturation_margin!r}")
+        if self.channel_dim is not None and (isinstance(self.channel_dim, bool) or not isinstance(self.channel_dim, int)):
+            raise ValueError(f"HealthOptions(channel_dim=...) takes a dimension index or None, got {self.channel_dim!r}")
+        as_schedule(self.activations)  # raises on a bad schedule
+
+
+def as_options(health: Union[bool, HealthOptions, None]) -> Optional[HealthOptions]:
+    """The options for ``Xray(health=...)``: None when health is switched off."""
+    if health is True:
+        return HealthOptions()
+    if health is False or health is None:
+        return None
+    if isinstance(health, HealthOptions):
+        return health
+    raise TypeError(f"health= takes True, False or a HealthOptions(...), got {health!r}")

@@ -1,0 +1,71 @@
+"""What a finding rule is: a class with a ``name``, documented ``defaults`` (overridable through
+``HealthOptions(rules={name: {...}})``), and ``check(block)`` returning where it holds.
+
+Rules see the statistics as they reach the host, one block at a time, with every step in it, so a
+finding's step is the step where the rule first held even though it is judged later. A rule keeps what
+it needs of earlier blocks (streaks, trailing windows) itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import numpy as np
+
+from xray_tb.health.findings import Hit, NonFinite
+
+
+@dataclasses.dataclass
+class RuleInput:
+    """One block of statistics on the host: per-iteration ones (steps × weighted layers) and health-step
+    ones (health steps × activation layers), NaN where absent."""
+
+    steps: np.ndarray
+    layers: list[str]
+    stats: dict[str, np.ndarray]
+    sizes: np.ndarray
+    health_steps: np.ndarray
+    health_layers: list[str]
+    health_stats: dict[str, np.ndarray]
+    first_nonfinite: Optional[NonFinite]
+
+
+class Rule:
+    name = ""
+    defaults: dict[str, Any] = {}
+
+    def __init__(self, **settings: Any):
+        unknown = sorted(set(settings) - set(self.defaults))
+        if unknown:
+            raise ValueError(f"rule {self.name!r} has no setting {', '.join(map(repr, unknown))}; its settings: {', '.join(self.defaults)}")
+        self.settings = {**self.defaults, **settings}
+
+    def check(self, block: RuleInput) -> list[Hit]:
+        raise NotImplementedError
+
+    def message(self, hit: Hit) -> str:
+        raise NotImplementedError
+
+
+def streaks(flags: np.ndarray, carry: np.ndarray) -> np.ndarray:
+    """Length of the run of True ending at each row, per column, continuing ``carry`` (the runs ending
+    at the previous block's last row)."""
+    flags = flags.astype(bool)
+    counts = np.cumsum(flags, axis=0)
+    resets = np.maximum.accumulate(np.where(~flags, counts, 0), axis=0)
+    runs = counts - resets
+    unbroken = ~np.maximum.accumulate(~flags, axis=0)
+    return runs + np.where(unbroken, carry[None, :], 0)
+
+
+def first_hits(condition: np.ndarray, steps: np.ndarray, layers: list[str], values: np.ndarray, seen: set) -> list[Hit]:
+    """A hit per layer at the first row where ``condition`` holds, for layers not in ``seen`` (updated),
+    and for layers already seen the last such row (so a finding's latest value is kept current)."""
+    hits = []
+    for column in np.flatnonzero(condition.any(axis=0)):
+        rows = np.flatnonzero(condition[:, column])
+        row = rows[-1] if layers[column] in seen else rows[0]
+        seen.add(layers[column])
+        hits.append(Hit(layers[column], int(steps[row]), float(values[row, column])))
+    return hits

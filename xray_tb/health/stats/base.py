@@ -1,0 +1,88 @@
+"""What a statistic family is: a small class with its layers, its schedule, its device columns and
+how they become the published statistics.
+
+Adding a statistic is one new class (registered in :mod:`xray_tb.health.stats`):
+
+* an :class:`IterationStatistic` runs on every health iteration, on the weights and gradients as the
+  iteration's backward left them;
+* an :class:`ActivationStatistic` runs at health steps, on the activations the forward produced.
+
+``compute`` returns, for each of its ``columns``, one 0-d tensor per layer of the family (None where the
+layer has nothing to measure), left on the tensors' device (no host sync). The monitor stacks them into one row per step and brings rows to the
+host in blocks, where ``finalize`` turns the columns (steps × layers, float64) into the statistics that
+are written (``{stat: steps × layers}``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+import torch
+
+from xray_tb.health.scope import ActivationLayer
+
+
+@dataclasses.dataclass
+class IterationView:
+    """The weights and their gradients at one iteration, one entry per weighted layer."""
+
+    weights: list[torch.Tensor]
+    grads: list[Optional[torch.Tensor]]
+    nan: torch.Tensor  # a 0-d NaN on the weights' device
+    index: int  # how many health iterations came before this one
+
+
+@dataclasses.dataclass
+class ActivationValue:
+    """One activation layer at a health step: its activation and its output (None when not seen)."""
+
+    layer: ActivationLayer
+    activation: Optional[torch.Tensor]
+    output: Optional[torch.Tensor]
+
+
+class Statistic:
+    """Shared by both kinds: ``layers`` (names, dataflow order), ``columns`` and ``finalize``."""
+
+    columns: tuple[str, ...] = ()
+    #: Columns checked for non-finite values by the monitor, with the kind they stand for.
+    nonfinite_kinds: dict[str, str] = {}
+
+    def __init__(self, layers: list[str]):
+        self.layers = layers
+
+    def finalize(self, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The statistics to write from this family's columns (steps × layers each)."""
+        return dict(columns)
+
+
+class IterationStatistic(Statistic):
+    def compute(self, view: IterationView) -> dict[str, list[torch.Tensor]]:
+        raise NotImplementedError
+
+
+class ActivationStatistic(Statistic):
+    def compute(self, values: list[ActivationValue], nan: torch.Tensor) -> dict[str, list[torch.Tensor]]:
+        raise NotImplementedError
+
+    def vectors(self) -> dict[str, list[torch.Tensor]]:
+        """Per-unit vectors of the last :meth:`compute` to store whole, ``{stat: [one per layer]}``."""
+        return {}
+
+
+def present(tensors: list[Optional[torch.Tensor]]) -> tuple[list[int], list[torch.Tensor]]:
+    """The indices and tensors of the entries that are dense tensors (gradients may be None or sparse)."""
+    indices = [i for i, t in enumerate(tensors) if t is not None and t.layout == torch.strided]
+    return indices, [tensors[i] for i in indices]
+
+
+def scatter(values: list[torch.Tensor], indices: list[int], size: int) -> list[Optional[torch.Tensor]]:
+    """``size`` entries: ``values`` at ``indices``, None (absent) elsewhere."""
+    if len(indices) == size:
+        return list(values)
+    out: list[Optional[torch.Tensor]] = [None] * size
+    for i, value in zip(indices, values):
+        out[i] = value
+    return out

@@ -1,0 +1,46 @@
+"""Per-iteration statistics of each layer's weight gradient: grad_mean, grad_absmax, grad_var (n - 1),
+grad_l1 (sum of |g|) and grad_l2.
+
+On the device, four batched reductions per iteration: the L2 norms (one ``_foreach_norm``), |g| (one
+``_foreach_abs``), its maxima (one ``_foreach_max``) and the sums of g and of |g|. The mean and the
+variance follow on the host, in float64: mean = sum / n, var = (l2² - n·mean²) / (n - 1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from xray_tb.health.stats.base import IterationStatistic, IterationView, present, scatter
+
+
+class GradientStatistics(IterationStatistic):
+    columns = ("grad_sum", "grad_l1", "grad_l2", "grad_absmax")
+    nonfinite_kinds = {"grad_absmax": "weight_grad"}
+
+    def __init__(self, layers: list[str], sizes: list[int]):
+        super().__init__(layers)
+        self._sizes = np.asarray(sizes, dtype=np.float64)
+
+    def compute(self, view: IterationView) -> dict[str, list[torch.Tensor]]:
+        indices, grads = present(view.grads)
+        size = len(view.grads)
+        if not grads:
+            return {column: [None] * size for column in self.columns}
+        magnitudes = torch._foreach_abs(grads)
+        results = {
+            "grad_sum": [g.sum(dtype=torch.float32) for g in grads],
+            "grad_l1": [m.sum(dtype=torch.float32) for m in magnitudes],
+            "grad_l2": torch._foreach_norm(grads),
+            "grad_absmax": torch._foreach_max(magnitudes),
+        }
+        return {column: scatter(values, indices, size) for column, values in results.items()}
+
+    def finalize(self, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        n = self._sizes
+        l2 = columns["grad_l2"]
+        mean = columns["grad_sum"] / n
+        with np.errstate(all="ignore"):
+            var = np.where(n > 1, np.maximum(l2 * l2 - n * mean * mean, 0.0) / np.maximum(n - 1, 1), np.nan)
+            var = np.where(np.isfinite(l2) & np.isfinite(mean), var, l2 * mean)  # a NaN or Inf stays non-finite
+        return {"grad_mean": mean, "grad_absmax": columns["grad_absmax"], "grad_var": var, "grad_l1": columns["grad_l1"], "grad_l2": l2}

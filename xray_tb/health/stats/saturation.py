@@ -1,0 +1,54 @@
+"""``saturation``: the share of an activation's values that sit at its bounds, by activation type.
+
+* sigmoid (and hardsigmoid): within ``margin`` of 0 or 1; tanh (and softsign): within ``margin`` of -1 or 1;
+* hardtanh: at ``min_val`` or ``max_val``; ReLU6: at 6 (its zeros count under dead units);
+* softmax: the share of rows (along its ``dim``) whose largest value is within ``margin`` of 1.
+
+Other activations (ReLU and the like) have no saturation: no value is written for them.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from xray_tb.health.stats.base import ActivationStatistic, ActivationValue
+
+
+def saturated_fraction(activation: str, params: dict, tensor: torch.Tensor, margin: float) -> Optional[torch.Tensor]:
+    """The saturated share of ``tensor`` (0-d, on its device), or None when the activation has no bounds."""
+    kind = activation.lower()
+    values = tensor.float()
+    if kind in ("sigmoid", "hardsigmoid"):
+        hit = (values <= margin) | (values >= 1 - margin)
+    elif kind in ("tanh", "softsign"):
+        hit = values.abs() >= 1 - margin
+    elif kind == "hardtanh":
+        hit = (values <= params.get("min_val", -1.0)) | (values >= params.get("max_val", 1.0))
+    elif kind == "relu6":
+        hit = values >= 6.0
+    elif kind == "softmax":
+        dim = params.get("dim")
+        dim = values.dim() - 1 if dim is None else dim
+        hit = values.amax(dim=dim) >= 1 - margin
+    else:
+        return None
+    return hit.float().mean()
+
+
+class Saturation(ActivationStatistic):
+    columns = ("saturation",)
+
+    def __init__(self, layers: list[str], margin: float):
+        super().__init__(layers)
+        self.margin = margin
+
+    def compute(self, values: list[ActivationValue], nan: torch.Tensor) -> dict[str, list[torch.Tensor]]:
+        out = []
+        for value in values:
+            result = None
+            if value.activation is not None and value.activation.is_floating_point() and value.activation.numel():
+                result = saturated_fraction(value.layer.activation, value.layer.params, value.activation, self.margin)
+            out.append(result)
+        return {"saturation": out}

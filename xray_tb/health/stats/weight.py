@@ -1,0 +1,15 @@
+"""Per-iteration L2 norm of each layer's weight (``weight_l2``), as the iteration's forward used it."""
+
+from __future__ import annotations
+
+import torch
+
+from xray_tb.health.stats.base import IterationStatistic, IterationView
+
+
+class WeightNorm(IterationStatistic):
+    columns = ("weight_l2",)
+    nonfinite_kinds = {"weight_l2": "weight"}
+
+    def compute(self, view: IterationView) -> dict[str, list[torch.Tensor]]:
+        return {"weight_l2": list(torch._foreach_norm(view.weights))}
