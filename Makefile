@@ -22,11 +22,13 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	@test -x $(CHROMIUM) || { echo "chromium is missing: run 'apt-get install -y chromium' as root"; exit 1; }
 
-# Two runs worth comparing: a sane learning rate and a too-high one, 40+ captures each.
+# Two runs worth comparing (a sane learning rate and a too-high one, 45 captures each) and the
+# planted-bias study (two models, Attention-IoU after every epoch: the tab's Bias view).
 demo: install
-	rm -rf runs/digits runs/digits_lr0.05 runs/digits_lr0.6
+	rm -rf runs/digits runs/digits_lr0.05 runs/digits_lr0.6 runs/bias
 	$(PY) examples/digits.py --logdir runs/digits_lr0.05 --lr 0.05 --epochs 4 --captures 45
 	$(PY) examples/digits.py --logdir runs/digits_lr0.6 --lr 0.6 --epochs 4 --captures 45
+	$(PY) examples/bias.py --logdir runs/bias
 	@echo ""
 	@echo "Xray tab, both runs side by side: http://$(HOST):$(PORT)/#xray&p.xray.run=digits_lr0.05,digits_lr0.6&p.xray.view=layer&p.xray.layer=conv1   (Ctrl+C stops TensorBoard)"
 	$(VENV)/bin/tensorboard --logdir runs --host $(HOST) --port $(PORT)
@@ -40,6 +42,7 @@ test-fast: install
 bench: install
 	$(PY) bench/bench_trace.py
 	$(PY) bench/bench_overhead.py
+	$(PY) bench/bench_tab.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache runs

@@ -129,7 +129,7 @@ class Loop:
         if recorder is not None:
             self.xray._arm_for(self.xray._next_step)
             if self.xray._health is not None:
-                self.xray._health._arm_for(self.xray._next_step)
+                self.xray._health.arm_for(self.xray._next_step)
         return elapsed
 
     def _step(self, x, y, instrumented: bool) -> None:

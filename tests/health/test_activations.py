@@ -12,6 +12,7 @@ from torch.nn import functional as F
 
 from tb_plugin import health_metadata
 from xray_tb import Xray
+from xray_tb.health import HealthOptions
 from xray_tb.health.stats.saturation import saturated_fraction
 
 from tests.health.helpers import scalars, values_by_tag
@@ -23,7 +24,7 @@ def _tanh_run(tmp_path, scale: float):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     generator = torch.Generator().manual_seed(1)
     expected = {}
-    with Xray(model, input_size=(8,), logdir=str(tmp_path), every=2) as xray:
+    with Xray(model, input_size=(8,), logdir=str(tmp_path), every=2, health=HealthOptions(every=1)) as xray:
         for step in range(6):
             x, y = torch.randn(64, 8, generator=generator) * scale, torch.randint(0, 3, (64,), generator=generator)
             optimizer.zero_grad()
@@ -74,7 +75,7 @@ def test_channel_variance_vectors_and_weight_histograms(tmp_path):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     generator = torch.Generator().manual_seed(0)
     variances, weights = {}, {}
-    with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=3) as xray:
+    with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=3, health=HealthOptions(every=1)) as xray:
         for step in range(7):
             x, y = torch.randn(16, 1, 6, 6, generator=generator), torch.randint(0, 3, (16,), generator=generator)
             optimizer.zero_grad()

@@ -38,7 +38,7 @@ def test_planted_dead_units_are_found_named_and_pruned_without_changing_outputs(
     model = planted_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     data = batches(48)
-    xray = Xray(model, input_size=(16,), logdir=str(tmp_path), every=4)
+    xray = Xray(model, input_size=(16,), logdir=str(tmp_path), every=4, health=HealthOptions(every=1))
     train(model, xray, optimizer, data)
     # Independently: over every batch trained on, exactly the planted units never fire.
     with torch.no_grad():
@@ -80,7 +80,7 @@ def test_planted_dead_units_are_found_named_and_pruned_without_changing_outputs(
 def test_remove_makes_pruning_permanent(tmp_path):
     model = planted_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=4, health=HealthOptions(dead_window=2)) as xray:
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=4, health=HealthOptions(every=1, dead_window=2)) as xray:
         train(model, xray, optimizer, batches(8))
         report = xray.prune(dry_run=False, remove=True)
         assert report[0].units == DEAD and report[0].applied
@@ -93,7 +93,7 @@ def test_layers_whose_outputs_pruning_would_change_are_reported_not_masked(tmp_p
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 8), nn.Sigmoid(), nn.Linear(8, 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=1, health=HealthOptions(dead_window=2)) as xray:
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=1, health=HealthOptions(every=1, dead_window=2)) as xray:
         train(model, xray, optimizer, batches(3))
         report = xray.prune(threshold=1.0, dry_run=False)  # every sigmoid value is <= 1
         assert [(e.layer, e.units, e.applied) for e in report] == [("0", list(range(8)), False)]

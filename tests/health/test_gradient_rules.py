@@ -10,6 +10,7 @@ from torch.nn import functional as F
 
 from examples.digits import LeNetDigits, digits_loader
 from xray_tb import Xray, open_run
+from xray_tb.health import HealthOptions
 
 from tests.health.helpers import batches, scalars
 
@@ -27,7 +28,7 @@ def deep_sigmoid(depth: int = 12) -> nn.Sequential:
 def test_a_deep_sigmoid_mlp_shows_gradients_shrinking_toward_the_input(tmp_path):
     model = deep_sigmoid()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10) as xray:
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10, health=HealthOptions(every=1)) as xray:
         for x, y in batches(40):
             optimizer.zero_grad()
             F.cross_entropy(model(x), y).backward()
@@ -58,7 +59,7 @@ def _digits_training(model, tmp_path, flatten: bool, steps: int, relu_layers: li
     outputs: dict = {}
     hooks = [modules[name].register_forward_hook(lambda m, a, o, name=name: outputs.__setitem__(name, o.detach())) for name in relu_layers]
     maxima: dict = {name: [] for name in relu_layers}
-    with Xray(model, input_size=shape, logdir=str(tmp_path), every=10) as xray:
+    with Xray(model, input_size=shape, logdir=str(tmp_path), every=10, health=HealthOptions(every=1)) as xray:
         step = 0
         while step < steps:
             for images, labels in digits_loader(32, seed=step):

@@ -40,7 +40,7 @@ def _train(model, xray, data, optimizer, every_call=True, due=None):
 def test_every_iteration_matches_numpy_read_back_from_the_event_files(tmp_path):
     model = relu_mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10, health=HealthOptions(update_every=1)) as xray:
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10, health=HealthOptions(every=1, update_every=1)) as xray:
         expected, before = _train(model, xray, batches(STEPS), optimizer)
     written = scalars(tmp_path)
     assert {layer for layer, _ in written} == {"0", "2", "4"}
@@ -68,7 +68,7 @@ def test_every_iteration_matches_numpy_read_back_from_the_event_files(tmp_path):
 def test_update_ratio_is_sampled_one_iteration_in_update_every(tmp_path):
     model = relu_mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10) as xray:  # update_every=10 by default
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10, health=HealthOptions(every=1)) as xray:  # update_every=10 by default
         _train(model, xray, batches(STEPS), optimizer)
     assert sorted(scalars(tmp_path)[("0", "update_ratio")]) == [1, 11, 21]
 
@@ -77,7 +77,7 @@ def test_with_an_optimizer_every_step_counts_though_take_graphs_runs_at_captures
     model = relu_mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     due = set(range(0, STEPS, 5))
-    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=5, optimizer=optimizer) as xray:
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=5, optimizer=optimizer, health=HealthOptions(every=1)) as xray:
         expected, _ = _train(model, xray, batches(STEPS), optimizer, every_call=False, due=due)
         assert xray.records()["0"]["activation"] == sorted(due)
     written = scalars(tmp_path)
@@ -94,7 +94,7 @@ def test_the_model_is_left_exactly_as_it_was_and_every_hook_goes_on_close(tmp_pa
     twin = copy.deepcopy(model)
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (model, twin)]
     data = batches(12)
-    xray = Xray(model, input_size=(16,), logdir=str(tmp_path), every=3, optimizer=optimizers[0])
+    xray = Xray(model, input_size=(16,), logdir=str(tmp_path), every=3, optimizer=optimizers[0], health=HealthOptions(every=1))
     for instrumented, (net, optimizer) in ((True, (model, optimizers[0])), (False, (twin, optimizers[1]))):
         torch.manual_seed(5)
         for step, (x, y) in enumerate(data):
@@ -138,7 +138,7 @@ def test_custom_statistics_and_epochs_match_numpy(tmp_path):
     data = batches(10)
     expected: dict = {}
     activation_means: dict = {}
-    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=2) as xray:
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=2, health=HealthOptions(every=1)) as xray:
         xray.add_statistic("wmax", lambda t: float(t.abs().max()), kinds=("weight",))
         xray.add_statistic("amean", lambda t: t.mean(), kinds=("activation",))
         with pytest.raises(ValueError, match="exists already"):

@@ -10,6 +10,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from xray_tb import Xray, open_run
+from xray_tb.health import HealthOptions
 from xray_tb.health import NonFinite
 
 from tests.health.helpers import batches, relu_mlp, scalars
@@ -18,7 +19,7 @@ from tests.health.helpers import batches, relu_mlp, scalars
 def test_a_weight_set_to_nan_is_named_with_its_step_and_layer(tmp_path):
     model = relu_mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=5) as xray:
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=5, health=HealthOptions(every=1)) as xray:
         for step, (x, y) in enumerate(batches(12)):
             if step == 7:
                 with torch.no_grad():
@@ -40,7 +41,7 @@ def test_a_weight_set_to_nan_is_named_with_its_step_and_layer(tmp_path):
 def test_only_gradients_non_finite_names_the_latest_layer_where_backward_starts(tmp_path):
     model = relu_mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=100) as xray:
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=100, health=HealthOptions(every=1)) as xray:
         for step, (x, y) in enumerate(batches(4)):
             optimizer.zero_grad()
             out = model(x)
@@ -56,7 +57,7 @@ def test_a_model_driven_to_blow_up_is_flagged_no_later_than_its_first_non_finite
     model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=5.0)  # far too high
     seen_nonfinite = None
-    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10) as xray:
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10, health=HealthOptions(every=1)) as xray:
         for step, (x, _) in enumerate(batches(60)):
             optimizer.zero_grad()
             loss = F.mse_loss(model(x), x.sum(dim=1, keepdim=True))

@@ -11,6 +11,7 @@ import torch
 from torch.nn import functional as F
 
 from xray_tb import Xray, open_run
+from xray_tb.health import HealthOptions
 
 from tests.health.helpers import batches, relu_mlp, scalars
 from tests.plugin.test_routes import get, serve
@@ -22,7 +23,7 @@ STEPS = 30
 def record(logdir):
     model = relu_mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with Xray(model, input_size=(16,), logdir=str(logdir), every=10) as xray:
+    with Xray(model, input_size=(16,), logdir=str(logdir), every=10, health=HealthOptions(every=1)) as xray:
         for step, (x, y) in enumerate(batches(STEPS)):
             if step == 20:
                 with torch.no_grad():

@@ -26,6 +26,7 @@ from xray_tb.health.buffer import Block, RowBuffer
 from xray_tb.health.epochs import EpochAccumulator
 from xray_tb.health.findings import FindingBook, NonFinite
 from xray_tb.health.options import HealthOptions
+from xray_tb.health.pacing import Pacer
 from xray_tb.health.rules import RuleInput, make_rules
 from xray_tb.health.scope import Scope
 from xray_tb.health.stats import (
@@ -50,6 +51,8 @@ class HealthMonitor:
         device = next((layer.param.device for layer in scope.weighted), torch.device("cpu"))
         self._nan = torch.full((), math.nan, device=device)
         weighted = [layer.name for layer in scope.weighted]
+        self._pacer = Pacer(options.every, options.budget)
+        self._flushed_at = -math.inf
         self.update_ratio = UpdateRatio(weighted, options.update_every)
         self.iteration_families: list[IterationStatistic] = [
             GradientStatistics(weighted, [layer.param.numel() for layer in scope.weighted]), WeightNorm(weighted), self.update_ratio]
@@ -80,22 +83,26 @@ class HealthMonitor:
         index = self._iterations
         self._iterations += 1
         self._recorder.claim()  # the thread that trains is the one whose forwards are kept
-        if index % self.options.every == 0:
+        if self._pacer.due(index) or self.update_ratio.pending:
+            start = time.perf_counter()
             self._measure_parameters(step)
+            self._pacer.measured(index, time.perf_counter() - start)
         if self._activations_due(step):
             self._measure_activations(step)
         if len(self._iteration_rows) >= self.options.flush_every or len(self._activation_rows) >= self.options.flush_every:
             self.flush()
 
     def capture(self, step: int, planned: list[str]) -> None:
-        """At a capture: a histogram of each planned layer's weight, then write what is buffered."""
+        """At a capture: a histogram of each planned layer's weight, then write what is buffered (unless
+        it was written less than ``flush_seconds`` ago: frequent captures write in fewer, larger blocks)."""
         if self.options.histograms:
             weights = {layer.name: layer.param for layer in self.scope.weighted if layer.name in planned}
             if weights:
                 event = event_pb2.Event(step=int(step), wall_time=time.time())
                 add_weight_histograms(event.summary, weights)
                 self._sink.add_event(event)
-        self.flush()
+        if time.monotonic() - self._flushed_at >= self.options.flush_seconds:
+            self.flush()
 
     def watch_optimizer(self, optimizer: torch.optim.Optimizer, current_step: Callable[[], Optional[int]], wrap: Callable,
                         iteration: Optional[Callable[[int], None]] = None) -> None:
@@ -173,6 +180,7 @@ class HealthMonitor:
             return
         iterations, activations = self._iteration_rows.take(), self._activation_rows.take()
         vectors, self._vectors = self._vectors, []
+        self._flushed_at = time.monotonic()
         if iterations is None and activations is None and not vectors:
             return
         series = _series(iterations, self.iteration_families)

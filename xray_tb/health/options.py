@@ -13,7 +13,11 @@ class HealthOptions:
     """How much training health to compute (``Xray(..., health=HealthOptions(...))``).
 
     Args:
-        every: per-iteration statistics (gradients, weight norms) on every n-th iteration (1: all).
+        every: per-iteration statistics (gradients, weight norms) on every n-th iteration (1: all), or
+            ``"auto"`` (default): on every iteration while they cost at most ``budget`` of the training
+            step's time, else on one iteration in n, n chosen to stay within it (see
+            :mod:`xray_tb.health.pacing`).
+        budget: with ``every="auto"``, the share of the step time the per-iteration statistics may take.
         activations: when activation statistics (dead units, saturation, channel variance, output
             checks) run: None (default) at Xray's captures (never in probe mode, whose captures run
             on the probe batch), an int n, or a callable ``step -> bool``.
@@ -26,12 +30,16 @@ class HealthOptions:
         channel_dim: the dimension of the activation whose per-index variance is ``channel_var``
             (None: the unit dimension, channels of a conv and features of a linear layer).
         flush_every: write the buffered statistics at least every this many iterations.
+        flush_seconds: at a capture, write the buffered statistics when they were last written at least
+            this many seconds ago (they are also written every ``flush_every`` iterations, when a
+            result is asked for, and at ``close()``).
         histograms: write a TensorBoard histogram of each planned layer's weight at each capture.
         rules: per-rule settings, ``{"vanishing_gradient": {"ratio": 1e-4}, "saturation": False}``;
             ``False`` switches a rule off. See :mod:`xray_tb.health.rules` for each rule's settings.
     """
 
-    every: int = 1
+    every: Union[int, str] = "auto"
+    budget: float = 0.02
     activations: ScheduleLike = None
     update_every: int = 10
     dead_window: int = 8
@@ -39,14 +47,21 @@ class HealthOptions:
     saturation_margin: float = 0.01
     channel_dim: Optional[int] = None
     flush_every: int = 500
+    flush_seconds: float = 2.0
     histograms: bool = True
     rules: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
-        for name in ("every", "update_every", "dead_window", "flush_every"):
+        if self.every != "auto" and (isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1):
+            raise ValueError(f"HealthOptions(every=...) takes 'auto' or a whole number >= 1, got {self.every!r}")
+        if isinstance(self.budget, bool) or not isinstance(self.budget, (int, float)) or not 0 < self.budget <= 1:
+            raise ValueError(f"HealthOptions(budget=...) takes a share of the step time in (0, 1], got {self.budget!r}")
+        for name in ("update_every", "dead_window", "flush_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"HealthOptions({name}=...) takes a whole number >= 1, got {value!r}")
+        if isinstance(self.flush_seconds, bool) or not isinstance(self.flush_seconds, (int, float)) or self.flush_seconds < 0:
+            raise ValueError(f"HealthOptions(flush_seconds=...) takes a number of seconds >= 0, got {self.flush_seconds!r}")
         if not 0 <= self.saturation_margin < 0.5:
             raise ValueError(f"HealthOptions(saturation_margin=...) takes a number in [0, 0.5), got {self.saturation_margin!r}")
         if self.channel_dim is not None and (isinstance(self.channel_dim, bool) or not isinstance(self.channel_dim, int)):

@@ -60,12 +60,13 @@ def streaks(flags: np.ndarray, carry: np.ndarray) -> np.ndarray:
 
 
 def first_hits(condition: np.ndarray, steps: np.ndarray, layers: list[str], values: np.ndarray, seen: set) -> list[Hit]:
-    """A hit per layer at the first row where ``condition`` holds, for layers not in ``seen`` (updated),
-    and for layers already seen the last such row (so a finding's latest value is kept current)."""
+    """Per layer where ``condition`` holds: for a layer not in ``seen`` (updated), a hit at the first such
+    row; then, for every layer, one at the last such row (so a finding's latest value is kept current,
+    however long the block)."""
     hits = []
     for column in np.flatnonzero(condition.any(axis=0)):
         rows = np.flatnonzero(condition[:, column])
-        row = rows[-1] if layers[column] in seen else rows[0]
+        chosen = [rows[-1]] if layers[column] in seen else list(dict.fromkeys((rows[0], rows[-1])))
         seen.add(layers[column])
-        hits.append(Hit(layers[column], int(steps[row]), float(values[row, column])))
+        hits.extend(Hit(layers[column], int(steps[row]), float(values[row, column])) for row in chosen)
     return hits

@@ -1,8 +1,9 @@
 """``update_ratio`` = ‖Δw‖ / ‖w‖: the size of one optimizer update relative to the weight.
 
-Measured between consecutive health iterations, on one iteration in ``every``: the weights are copied
-at iteration i (one copy, kept for one iteration only), and at iteration i + 1 the ratio
-‖w(i+1) − w(i)‖ / ‖w(i)‖ is filed under iteration i + 1's step. Other steps have no value.
+Measured between consecutive training iterations, on one measured iteration in ``every``: the weights
+are copied at iteration i (one copy, kept for one iteration only), and iteration i + 1 is then measured
+too (whatever the pace of the other statistics), filing ‖w(i+1) − w(i)‖ / ‖w(i)‖ under its step. Other
+steps have no value.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ class UpdateRatio(IterationStatistic):
                 copies = [w.detach().clone() for w in view.weights]
             self._previous = (copies, list(torch._foreach_norm(copies)))
         return {"update_ratio": ratios}
+
+    @property
+    def pending(self) -> bool:
+        """Whether a copy waits for the next iteration, which must then be measured."""
+        return self._previous is not None
 
     def forget(self) -> None:
         """Drop the kept copy (the weights were replaced, e.g. by pruning)."""
