@@ -3,16 +3,7 @@
 
 /** @typedef {import('./api.js').LayerInfo} LayerInfo */
 
-/** Short badges for the recorded kinds shown in the layer list. */
-const KIND_BADGES = {
-  weight: 'W',
-  weight_grad: '∇W',
-  bias: 'b',
-  bias_grad: '∇b',
-  output: 'out',
-  activation: 'act',
-  grad: '∇out',
-};
+import { KIND_BADGES } from './graph_draw.js';
 
 /**
  * Creates an element with a class and optional text.

@@ -26,11 +26,12 @@ MAGIC = b"XRF1"
 _ALIGN = 4
 
 
-def frame_body(header: metadata.FrameHeader, values: np.ndarray, *, run: str, layer: str, kind: str, step: int, wall_time: float) -> bytes:
-    """The binary body of one frame (see the module docstring)."""
+def describe_frame(
+    header: metadata.FrameHeader, values: np.ndarray, *, run: str, layer: str, kind: str, step: int, wall_time: float
+) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """What ``/frame`` and ``/frame_bin`` say about a frame, and its 2-D panels (values not included)."""
     panels = layout.to_panels(values)
     low, high, nonfinite = layout.finite_range(panels)
-    encoding = "f16" if np.asarray(values).dtype == np.float16 else "f32"
     single = np.asarray(values).ndim <= 2
     description: dict[str, Any] = {
         "run": run,
@@ -55,8 +56,15 @@ def frame_body(header: metadata.FrameHeader, values: np.ndarray, *, run: str, la
         "max": high,
         "signed": low is not None and low < 0 < high,
         "nonfinite": nonfinite,
-        "encoding": encoding,
     }
+    return description, panels
+
+
+def frame_body(header: metadata.FrameHeader, values: np.ndarray, *, run: str, layer: str, kind: str, step: int, wall_time: float) -> bytes:
+    """The binary body of one frame (see the module docstring)."""
+    description, panels = describe_frame(header, values, run=run, layer=layer, kind=kind, step=step, wall_time=wall_time)
+    encoding = "f16" if np.asarray(values).dtype == np.float16 else "f32"
+    description["encoding"] = encoding
     text = json.dumps(description, allow_nan=False).encode("utf-8")
     text += b" " * (-(len(MAGIC) + 4 + len(text)) % _ALIGN)
     dtype = "<f2" if encoding == "f16" else "<f4"

@@ -17,7 +17,7 @@ from typing import Any, Optional
 from tensorboard import errors, plugin_util
 from tensorboard.plugins import base_plugin
 
-from tb_plugin import bias_routes, health_routes, layout, metadata, params, responses, series, tab_routes
+from tb_plugin import bias_routes, frame_transport, health_routes, metadata, params, responses, series, tab_routes
 
 
 def _static_root() -> Path:
@@ -141,38 +141,12 @@ class XrayPlugin(base_plugin.TBPlugin):
             steps = self._series.steps(ctx, experiment_id, run, [tag])[tag]
             raise errors.NotFoundError(f"{layer!r} {kind!r} was not recorded at step {step}; recorded steps: {_listing(steps)}")
         header, frame = checked_frame(written.blobs[0], written.blobs[1])
-        panels = layout.to_panels(frame)
-        low, high, nonfinite = layout.finite_range(panels)
-        single = frame.ndim <= 2
-        return {
-            "run": run,
-            "layer": layer,
-            "kind": kind,
-            "step": step,
-            "wall_time": written.wall_time,
-            "meta": {
-                "run_id": header.run_id,
-                "original_shape": header.original_shape,
-                "dtype": header.dtype,
-                "dim": header.dim,
-                "indices": header.indices,
-                "batch_index": header.batch_index,
-                "selector": header.selector,
-            },
-            "panels": [
-                {
-                    "index": None if single else header.indices[i],
-                    "rows": int(panel.shape[0]),
-                    "cols": int(panel.shape[1]),
-                    "data": base64.b64encode(panel.astype("<f4").tobytes()).decode("ascii"),
-                }
-                for i, panel in enumerate(panels)
-            ],
-            "min": low,
-            "max": high,
-            "signed": low is not None and low < 0 < high,
-            "nonfinite": nonfinite,
-        }
+        description, panels = frame_transport.describe_frame(
+            header, frame, run=run, layer=layer, kind=kind, step=step, wall_time=written.wall_time
+        )
+        for entry, panel in zip(description["panels"], panels):
+            entry["data"] = base64.b64encode(panel.astype("<f4").tobytes()).decode("ascii")
+        return description
 
     # Data access (see tb_plugin.series) -------------------------------------------------------
 
