@@ -166,41 +166,31 @@ export function visibleEdges(h, edges, expanded) {
 }
 
 /**
- * The child of `container` that holds `key` (or null when `key` is not inside it).
- * @param {Hierarchy} h
- * @param {string} key
- * @param {string} container
- * @returns {string|null}
- */
-export function childWithin(h, key, container) {
-  let current = key;
-  while (current !== undefined && current !== '') {
-    const parent = h.parentOf.get(current);
-    if (parent === container) return current;
-    current = parent;
-  }
-  return null;
-}
-
-/**
- * Edges among the children of a container: every architecture edge whose ends lie in two
- * different children of it, lifted to those children.
+ * The edges among the children of every container, in one pass over the architecture's edges: an
+ * edge belongs to the innermost container holding both its ends, lifted to that container's two
+ * children on their paths (one edge per distinct pair).
  * @param {Hierarchy} h
  * @param {{src: string, dst: string}[]} edges
- * @param {string} container
- * @returns {[string, string][]}
+ * @returns {Map<string, [string, string][]>}  Container key -> its edges, in architecture order.
  */
-export function containerEdges(h, edges, container) {
+export function edgesByContainer(h, edges) {
+  const out = new Map();
   const seen = new Set();
-  const out = [];
   for (const { src, dst } of edges) {
-    const a = childWithin(h, src, container);
-    const b = childWithin(h, dst, container);
-    if (a === null || b === null || a === b) continue;
-    const id = `${a}\u0000${b}`;
-    if (!seen.has(id)) {
-      seen.add(id);
-      out.push([a, b]);
+    if (!h.parentOf.has(src) || !h.parentOf.has(dst)) continue;
+    const childOfA = new Map(); // container -> child on src's path
+    for (let child = src; child; child = h.parentOf.get(child)) childOfA.set(h.parentOf.get(child), child);
+    for (let child = dst; child; child = h.parentOf.get(child)) {
+      const container = h.parentOf.get(child);
+      if (!childOfA.has(container)) continue;
+      const a = childOfA.get(container);
+      const id = `${a}\u0000${child}`;
+      if (a !== child && !seen.has(id)) {
+        seen.add(id);
+        if (!out.has(container)) out.set(container, []);
+        out.get(container).push([a, child]);
+      }
+      break;
     }
   }
   return out;

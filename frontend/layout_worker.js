@@ -2,45 +2,87 @@
 // expanded container (root or group) on that container's children only, bottom-up, so that an
 // expanded group's box is sized by its own layout. Results are cached per container and the
 // expansion state inside it, so expanding one group lays out that group and its ancestors only.
+// Containers of the same shape (the same child sizes and edges, in order: the blocks of a
+// transformer, their heads) share one dagre run, so "expand all" costs one run per distinct shape.
 //
 // Messages in:  {type: 'graph', graphId, arch}            (once per architecture)
 //               {type: 'layout', id, graphId, expanded}   (expanded: group keys)
 // Messages out: {id, layout: {boxes, edges, width, height}, ms} or {id, error}
 
 import { graphlib, layout as dagreLayout } from './vendor/dagre.esm.js';
-import { buildHierarchy, boxSize, containerEdges, GROUP_HEADER, GROUP_PAD } from './graph_model.js';
+import { buildHierarchy, boxSize, edgesByContainer, GROUP_HEADER, GROUP_PAD } from './graph_model.js';
 
-/** @type {Map<string, {h: any, edges: any[], cache: Map<string, any>}>} */
+/**
+ * @typedef {Object} Graph
+ * @property {any} h  The hierarchy (graph_model.js).
+ * @property {Map<string, [string, string][]>} edges  Edges among each container's children.
+ * @property {Map<string, any>} cache  Container + expansion state inside it -> its layout.
+ * @property {Map<string, Shape>} shapes  Shape signature -> dagre's layout of that shape.
+ */
+/**
+ * @typedef {Object} Shape  A container's layout by child index.
+ * @property {{x: number, y: number, width: number, height: number}[]} pos
+ * @property {{x: number, y: number}[][]} points  Route of each edge, in edge order.
+ * @property {number} width
+ * @property {number} height
+ */
+
+/** @type {Map<string, Graph>} */
 const graphs = new Map();
 
 const GRAPH_OPTIONS = { rankdir: 'TB', nodesep: 18, ranksep: 26, edgesep: 8, marginx: 0, marginy: 0 };
 
 /**
- * Lays out one container whose children's sizes are known; returns relative positions.
+ * Lays out children of the given sizes, linked by edges between child indices, with dagre.
+ * @param {{width: number, height: number}[]} sizes
+ * @param {[number, number][]} edges
+ * @returns {Shape}
+ */
+function layoutShape(sizes, edges) {
+  const g = new graphlib.Graph({ multigraph: false });
+  g.setGraph({ ...GRAPH_OPTIONS });
+  g.setDefaultEdgeLabel(() => ({}));
+  sizes.forEach((size, i) => g.setNode(`n${i}`, { ...size }));
+  for (const [a, b] of edges) g.setEdge(`n${a}`, `n${b}`);
+  dagreLayout(g);
+  const pos = sizes.map((_, i) => {
+    const n = g.node(`n${i}`);
+    return { x: n.x - n.width / 2, y: n.y - n.height / 2, width: n.width, height: n.height };
+  });
+  const points = edges.map(([a, b]) => (g.edge(`n${a}`, `n${b}`) || {}).points || []);
+  const info = g.graph();
+  return { pos, points, width: info.width || 0, height: info.height || 0 };
+}
+
+/**
+ * Positions of a container's children (relative), from the graph's shape cache when a container
+ * of the same shape was laid out before.
+ * @param {Graph} graph
  * @param {string[]} keys
  * @param {Map<string, {width: number, height: number}>} sizes
  * @param {[string, string][]} edges
  */
-function layoutContainer(keys, sizes, edges) {
-  const g = new graphlib.Graph({ multigraph: false });
-  g.setGraph({ ...GRAPH_OPTIONS });
-  g.setDefaultEdgeLabel(() => ({}));
-  for (const key of keys) g.setNode(key, { ...sizes.get(key) });
-  for (const [a, b] of edges) g.setEdge(a, b);
-  dagreLayout(g);
-  const pos = {};
-  for (const key of keys) {
-    const n = g.node(key);
-    pos[key] = { x: n.x - n.width / 2, y: n.y - n.height / 2, width: n.width, height: n.height };
+function layoutContainer(graph, keys, sizes, edges) {
+  const index = new Map(keys.map((k, i) => [k, i]));
+  const sizeList = keys.map((k) => sizes.get(k));
+  const indexEdges = edges.map(([a, b]) => [index.get(a), index.get(b)]);
+  const signature = `${sizeList.map((s) => `${s.width}x${s.height}`).join(',')}|${indexEdges.map(([a, b]) => `${a}>${b}`).join(',')}`;
+  let shape = graph.shapes.get(signature);
+  if (!shape) {
+    shape = layoutShape(sizeList, indexEdges);
+    graph.shapes.set(signature, shape);
   }
-  const edgePoints = edges.map(([a, b]) => ({ src: a, dst: b, points: (g.edge(a, b) || {}).points || [] }));
-  const info = g.graph();
-  return { pos, edgePoints, width: info.width || 0, height: info.height || 0 };
+  const pos = {};
+  keys.forEach((key, i) => {
+    pos[key] = shape.pos[i];
+  });
+  const edgePoints = edges.map(([a, b], i) => ({ src: a, dst: b, points: shape.points[i] }));
+  return { pos, edgePoints, width: shape.width, height: shape.height };
 }
 
 /**
  * The relative layout of a container, from the cache when its expansion state was seen before.
- * @param {{h: any, edges: any[], cache: Map<string, any>}} graph
+ * @param {Graph} graph
  * @param {string} container
  * @param {Set<string>} expanded
  */
@@ -66,7 +108,7 @@ function containerLayout(graph, container, expanded) {
       sizes.set(key, boxSize(h, key));
     }
   }
-  const own = keys.length ? layoutContainer(keys, sizes, containerEdges(h, graph.edges, container)) : { pos: {}, edgePoints: [], width: 0, height: 0 };
+  const own = keys.length ? layoutContainer(graph, keys, sizes, graph.edges.get(container) || []) : { pos: {}, edgePoints: [], width: 0, height: 0 };
   const result = { ...own, inner };
   graph.cache.set(cacheKey, result);
   return result;
@@ -92,7 +134,8 @@ self.onmessage = (event) => {
   const message = event.data || {};
   if (message.type === 'graph') {
     const arch = message.arch || {};
-    graphs.set(message.graphId, { h: buildHierarchy(arch), edges: arch.edges || [], cache: new Map() });
+    const h = buildHierarchy(arch);
+    graphs.set(message.graphId, { h, edges: edgesByContainer(h, arch.edges || []), cache: new Map(), shapes: new Map() });
     return;
   }
   if (message.type !== 'layout') return;
