@@ -13,7 +13,7 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q -c constraints.txt -e '.[fast,test,notebook,pandas,examples]'
+	$(PIP) install -q -c constraints.txt -e '.[fast,test,notebook,pandas,examples,lightning,transformers,s3]'
 	touch $@
 
 # Debian's Chromium for the browser tests (never a downloaded browser).

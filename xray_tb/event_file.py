@@ -7,6 +7,9 @@ on disk as soon as :meth:`EventFile.flush` returns. The bytes are TensorBoard's 
 TensorBoard reader (Python or Rust) reads the file:
 
     uint64 length | uint32 masked CRC32C of length | data | uint32 masked CRC32C of data
+
+A remote run directory (``s3://...``) gets a :class:`~xray_tb.remote_event_file.RemoteEventFile`
+instead (see there).
 """
 
 from __future__ import annotations
@@ -35,13 +38,12 @@ class EventFile:
     def __init__(self, logdir: str):
         use_fast_crc32c()
         os.makedirs(logdir, exist_ok=True)
-        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_counter):06d}{FILE_SUFFIX}"
-        self.path = os.path.join(logdir, name)
+        self.path = os.path.join(logdir, file_stem() + FILE_SUFFIX)
         self._file = open(self.path, "wb", buffering=0)
         self.add_event(event_pb2.Event(wall_time=time.time(), file_version=_FILE_VERSION))
 
     def add_event(self, event: event_pb2.Event) -> None:
-        """Append one event as a record."""
+        """Append one event as a record (the same bytes as :func:`encode_record`, inlined)."""
         if self._file.closed:
             raise OSError(f"event file {self.path} is closed")
         data = event.SerializeToString()
@@ -58,3 +60,22 @@ class EventFile:
         """Flush and close; idempotent."""
         if not self._file.closed:
             self._file.close()
+
+
+def file_stem() -> str:
+    """A new event file name without :data:`FILE_SUFFIX`, ``events.out.tfevents.<time>.<host>.<pid>.<n>``:
+    it starts with the creation time, so files sort in the order they were started."""
+    return f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_counter):06d}"
+
+
+def version_event() -> event_pb2.Event:
+    """The event every TensorBoard event file starts with."""
+    return event_pb2.Event(wall_time=time.time(), file_version=_FILE_VERSION)
+
+
+def encode_record(event: event_pb2.Event) -> bytes:
+    """One event in TensorBoard's record format."""
+    data = event.SerializeToString()
+    header = struct.pack("<Q", len(data))
+    crc = record_writer.masked_crc32c  # looked up at call time: the fast one once installed
+    return b"".join((header, struct.pack("<I", crc(header)), data, struct.pack("<I", crc(data))))

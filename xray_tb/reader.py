@@ -25,6 +25,7 @@ from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2
 
 from tb_plugin import metadata
+from xray_tb import storage
 from xray_tb.records import RecordReader
 from xray_tb.run_contents import RunContents, StoredFrame, holds_xray_blobs
 
@@ -58,13 +59,11 @@ def last_recorded_step(logdir: str | os.PathLike) -> Optional[int]:
         That step; None when ``logdir`` does not exist or holds no Xray frame.
     """
     logdir = os.fspath(logdir)
-    if not os.path.isdir(logdir):
+    if not storage.isdir(logdir):
         return None
     last = None
-    for name in sorted(os.listdir(logdir)):
-        if not _is_event_file(logdir, name):
-            continue
-        for record in RecordReader(os.path.join(logdir, name), warn=False).read():
+    for path in storage.event_files(logdir):
+        for record in RecordReader(path, warn=False).read():
             try:
                 event = event_pb2.Event.FromString(record.data)
             except DecodeError:
@@ -207,26 +206,18 @@ class RecordedRun:
 
 def _event_files(logdir: str) -> list[str]:
     """The event files directly in ``logdir``, in name order."""
-    if not os.path.isdir(logdir):
+    if not storage.isdir(logdir):
         raise FileNotFoundError(f"no such run directory: {logdir!r}")
-    names = sorted(name for name in os.listdir(logdir) if _is_event_file(logdir, name))
-    if names:
-        return [os.path.join(logdir, name) for name in names]
-    runs = sorted(
-        os.path.relpath(directory, logdir)
-        for directory, _, files in os.walk(logdir)
-        if directory != logdir and any(_is_event_file(directory, name) for name in files)
-    )
+    paths = storage.event_files(logdir)  # local or remote (s3://...), through TensorBoard's file layer
+    if paths:
+        return paths
+    runs = storage.run_folders_below(logdir)
     if runs:
         raise ValueError(
             f"{logdir!r} holds no event file but these run directories below it do: {', '.join(runs)}; "
-            f"open one of them, e.g. open_run({os.path.join(logdir, runs[0])!r})"
+            f"open one of them, e.g. open_run({storage.join(logdir, runs[0])!r})"
         )
     raise ValueError(f"{logdir!r} holds no event file ({_EVENT_FILE_PREFIX}*), nor does any folder below it")
-
-
-def _is_event_file(directory: str, name: str) -> bool:
-    return name.startswith(_EVENT_FILE_PREFIX) and os.path.isfile(os.path.join(directory, name))
 
 
 def _decode(stored: StoredFrame) -> tuple[torch.Tensor, metadata.FrameHeader]:

@@ -22,13 +22,17 @@ import warnings
 from typing import BinaryIO, Iterator, Optional
 
 import numpy as np
+from google.protobuf.message import DecodeError
+from tensorboard.compat.proto import event_pb2
 from tensorboard.summary.writer import record_writer
 
+from xray_tb import storage
 from xray_tb.checksums import use_fast_crc32c
 
 _HEADER = 12  # uint64 length + uint32 checksum of the length
 _FOOTER = 4  # uint32 checksum of the data
 _SCAN_CHUNK = 1 << 20  # positions examined at once when looking for the next valid record
+_FETCH_CHUNK = 16 << 20  # bytes asked for at once from a remote file
 
 
 class DamagedEventFileWarning(UserWarning):
@@ -55,6 +59,7 @@ class RecordReader:
         self.path = os.fspath(path)
         self._warn = warn
         self._offset = 0
+        self._remote = _RemoteBytes(self.path) if storage.is_remote(self.path) else None
         #: ``(start, resume)`` byte offsets of every damaged stretch skipped so far.
         self.skipped: list[tuple[int, int]] = []
 
@@ -67,30 +72,39 @@ class RecordReader:
         """The records written since the last call, in file order.
 
         A record that ends past the end of the file is left for a later call, unless a valid record
-        follows it (then it was damaged, and is skipped). A missing file reads as empty.
+        follows it (then it was damaged, and is skipped). A missing file reads as empty. A remote
+        file (``s3://...``) is fetched through TensorBoard's file layer, from where the last call
+        stopped.
         """
         use_fast_crc32c()
+        if self._remote is not None:
+            size = self._remote.fetch(self._offset)
+            if size is not None:
+                yield from self._records(self._remote, size)
+            return
         try:
             file = open(self.path, "rb")
         except FileNotFoundError:
             return
         with file:
-            size = os.fstat(file.fileno()).st_size
-            while size - self._offset >= _HEADER:
-                at = self._offset
-                verdict, found = _examine(file, at, size)
-                if verdict is _Verdict.VALID:
-                    self._offset = at + _HEADER + len(found) + _FOOTER
-                    yield Record(at, found)
-                    continue
-                if verdict is _Verdict.CUT_SHORT:
-                    return  # the file shrank while being read
-                resume = _next_valid_record(file, at + 1, size)
-                if resume is None:
-                    if verdict is not _Verdict.BAD_DATA:
-                        return  # perhaps a record still being written: wait for the rest
-                    resume = at + _HEADER + found + _FOOTER  # the verified length says where it ends
-                self._skip(at, resume, verdict.value.format(length=found))
+            yield from self._records(file, os.fstat(file.fileno()).st_size)
+
+    def _records(self, file: BinaryIO, size: int) -> Iterator[Record]:
+        while size - self._offset >= _HEADER:
+            at = self._offset
+            verdict, found = _examine(file, at, size)
+            if verdict is _Verdict.VALID:
+                self._offset = at + _HEADER + len(found) + _FOOTER
+                yield Record(at, found)
+                continue
+            if verdict is _Verdict.CUT_SHORT:
+                return  # the file shrank while being read
+            resume = _next_valid_record(file, at + 1, size)
+            if resume is None:
+                if verdict is not _Verdict.BAD_DATA:
+                    return  # perhaps a record still being written: wait for the rest
+                resume = at + _HEADER + found + _FOOTER  # the verified length says where it ends
+            self._skip(at, resume, verdict.value.format(length=found))
 
     def _skip(self, start: int, resume: int, reason: str) -> None:
         self.skipped.append((start, resume))
@@ -102,6 +116,49 @@ class RecordReader:
                 DamagedEventFileWarning,
                 stacklevel=3,
             )
+
+
+class _RemoteBytes:
+    """A remote event file's bytes from the reader's offset on, fetched as the file grows and read
+    through ``seek``/``read`` at absolute offsets, like a local file.
+
+    One ``GFile`` stays open between fetches: TensorBoard's file layer continues each read where the
+    last one ended (a ranged GET on S3), so every byte is downloaded once.
+    """
+
+    def __init__(self, path: str):
+        self._path = path
+        self._gfile = None
+        self._base = 0  # the file offset of _data[0]
+        self._data = bytearray()
+        self._position = 0
+
+    def fetch(self, keep_from: int) -> Optional[int]:
+        """Drop what lies before ``keep_from``, download what was appended; the file's size, or None
+        while it does not exist."""
+        del self._data[: max(keep_from - self._base, 0)]
+        self._base = max(keep_from, self._base)
+        with storage.remote_errors("read", self._path):
+            if self._gfile is None:
+                gfile = storage.gfile()
+                if not gfile.exists(self._path):
+                    return None
+                self._gfile = gfile.GFile(self._path, "rb")
+            while True:
+                chunk = self._gfile.read(_FETCH_CHUNK)
+                self._data += chunk
+                if len(chunk) < _FETCH_CHUNK:  # the end of the file as it is now
+                    break
+        return self._base + len(self._data)
+
+    def seek(self, position: int) -> None:
+        self._position = position
+
+    def read(self, size: int) -> bytes:
+        start = self._position - self._base
+        chunk = bytes(self._data[start : start + size])
+        self._position += len(chunk)
+        return chunk
 
 
 class _Verdict(enum.Enum):
@@ -189,3 +246,18 @@ def _crc32c_table() -> np.ndarray:
 
 _CRC32C_TABLE = _crc32c_table()
 _ZERO_LENGTH_CHECKSUM = struct.pack("<I", record_writer.masked_crc32c(bytes(8)))
+
+
+def run_events(logdir: str | os.PathLike, *, warn: bool = True) -> Iterator[event_pb2.Event]:
+    """Every event in the event files of a run directory (local or remote), files in name order,
+    read tolerantly: damaged records are skipped (with a warning when ``warn``), and so are records
+    that are not events."""
+    logdir = os.fspath(logdir)
+    if not storage.isdir(logdir):
+        raise FileNotFoundError(f"no such run directory: {logdir!r}")
+    for path in storage.event_files(logdir):
+        for record in RecordReader(path, warn=warn).read():
+            try:
+                yield event_pb2.Event.FromString(record.data)
+            except DecodeError:
+                continue

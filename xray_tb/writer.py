@@ -7,16 +7,21 @@ from typing import Optional
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
+from xray_tb import storage
 from xray_tb.checksums import use_fast_crc32c
 from xray_tb.event_file import EventFile
+from xray_tb.remote_event_file import RemoteEventFile
 
 
 class EventSink:
     """Writes summaries into a run directory.
 
     With ``writer`` (a ``torch.utils.tensorboard.SummaryWriter``), Xray's data lands in that writer's
-    event file, next to the user's scalars; the writer stays the user's to close. Otherwise Xray
-    writes an :class:`~xray_tb.event_file.EventFile` of its own in ``logdir``, closed by :meth:`close`.
+    event file, next to the user's scalars; the writer stays the user's to close (a writer on a
+    remote logdir uploads its whole file again at each flush: TensorBoard's S3 layer cannot append).
+    Otherwise Xray writes an event file of its own in ``logdir``, closed by :meth:`close`: an
+    :class:`~xray_tb.event_file.EventFile` in a local folder, or a
+    :class:`~xray_tb.remote_event_file.RemoteEventFile` in a remote one (``s3://...``).
     """
 
     def __init__(self, logdir: Optional[str] = None, writer=None):
@@ -26,7 +31,7 @@ class EventSink:
             self._owned = False
             self.logdir = writer.log_dir
         else:
-            self._file = EventFile(logdir)
+            self._file = RemoteEventFile(logdir) if storage.is_remote(logdir) else EventFile(logdir)
             self._owned = True
             self.logdir = logdir
 
@@ -42,9 +47,9 @@ class EventSink:
             self._file.add_event(event, step=event.step, walltime=event.wall_time)
 
     def flush(self) -> None:
-        """Write everything added so far to the file, for TensorBoard to read now (Xray's own file
-        has nothing pending). A user's writer that was already closed is left alone (its owner
-        flushed it when closing it)."""
+        """Write everything added so far to the file, for TensorBoard to read now (Xray's own local
+        file has nothing pending; a remote one uploads a segment). A user's writer that was already
+        closed is left alone (its owner flushed it when closing it)."""
         try:
             self._file.flush()
         except OSError:

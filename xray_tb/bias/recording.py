@@ -10,13 +10,12 @@ import os
 import time
 from typing import Iterable, Optional
 
-from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2
 
 from tb_plugin import bias_metadata
 from xray_tb.bias.evaluation import MasksLike, evaluate
 from xray_tb.bias.report import BiasReport, Examples
-from xray_tb.records import RecordReader
+from xray_tb.records import run_events
 
 
 def attention_iou(
@@ -88,32 +87,21 @@ def write_report(sink, report: BiasReport, step: int, *, run_id: str = "", wall_
 def read_reports(logdir: str | os.PathLike) -> dict[str, dict[int, BiasReport]]:
     """``{evaluation: {step: BiasReport}}`` of the results written into a run directory (examples
     included); a later write of a step replaces an earlier one."""
-    logdir = os.fspath(logdir)
-    if not os.path.isdir(logdir):
-        raise FileNotFoundError(f"no such run directory: {logdir!r}")
     reports: dict[str, dict[int, BiasReport]] = {}
     pending_examples: dict[tuple[str, int], list[bytes]] = {}
-    for name in sorted(os.listdir(logdir)):
-        path = os.path.join(logdir, name)
-        if not (name.startswith("events.out.tfevents.") and os.path.isfile(path)):
-            continue
-        for record in RecordReader(path).read():  # damaged records are skipped with a warning
-            try:
-                event = event_pb2.Event.FromString(record.data)
-            except DecodeError:
+    for event in run_events(logdir, warn=False):  # open_run warns about damage; read on quietly here
+        for value in event.summary.value:
+            parsed = bias_metadata.parse_tag(value.tag)
+            if parsed is None or not value.tensor.string_val:
                 continue
-            for value in event.summary.value:
-                parsed = bias_metadata.parse_tag(value.tag)
-                if parsed is None or not value.tensor.string_val:
-                    continue
-                evaluation, part = parsed
-                blobs = list(value.tensor.string_val)
-                if part == "result":
-                    document = bias_metadata.decode_result(blobs)
-                    reports.setdefault(evaluation, {})[event.step] = BiasReport.from_json(document, event.step)
-                    pending_examples.pop((evaluation, event.step), None)  # an earlier write's examples
-                else:
-                    pending_examples[(evaluation, event.step)] = blobs
+            evaluation, part = parsed
+            blobs = list(value.tensor.string_val)
+            if part == "result":
+                document = bias_metadata.decode_result(blobs)
+                reports.setdefault(evaluation, {})[event.step] = BiasReport.from_json(document, event.step)
+                pending_examples.pop((evaluation, event.step), None)  # an earlier write's examples
+            else:
+                pending_examples[(evaluation, event.step)] = blobs
     for (evaluation, step), blobs in pending_examples.items():
         report = reports.get(evaluation, {}).get(step)
         if report is not None:

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import glob
-import os
 from typing import Optional
 
 import numpy as np
-from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 from tensorboard.util import tensor_util
 
 from tb_plugin import health_metadata, metadata
 from xray_tb.health.findings import Finding
+from xray_tb.records import run_events
 
 
 def _values(logdir: str):
-    for path in sorted(glob.glob(os.path.join(os.fspath(logdir), "events.out.tfevents.*"))):
-        for event in EventFileLoader(path).Load():
-            for value in event.summary.value:
-                yield event, value
+    for event in run_events(logdir, warn=False):  # open_run warns about damage; read on quietly here
+        for value in event.summary.value:
+            yield event, value
 
 
 def _blobs(value) -> Optional[list[bytes]]:

@@ -1,0 +1,255 @@
+"""Remote logdirs: a run written to S3 through TensorBoard's own file layer, against a real
+S3-compatible server (moto in server mode on 127.0.0.1), read back by open_run and served by a real
+``tensorboard --logdir s3://...`` whose /frame answers match the local run's."""
+
+from __future__ import annotations
+
+import sys
+import time
+import urllib.parse
+import warnings
+from pathlib import Path
+
+import pytest
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from tests.damaged_files import damage_file, record_spans
+from tests.tensorboard_server import get_json, tensorboard
+from xray_tb import DamagedEventFileWarning, Xray, open_run
+from xray_tb.selectors import KeepAll
+
+pytestmark = pytest.mark.s3
+
+PLAN = {"0": {"weight": True, "weight_grad": True, "output": True, "grad": True}, "3": {"weight": True, "output": True}}
+
+
+def tiny_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+
+
+def train(model: nn.Module, xrays: list, steps: int) -> None:
+    """A few SGD steps, each captured by every Xray in ``xrays``."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    generator = torch.Generator().manual_seed(1)
+    for step in range(steps):
+        x, y = torch.randn(8, 1, 6, 6, generator=generator), torch.randint(0, 3, (8,), generator=generator)
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        for xray in xrays:
+            xray.take_graphs(step)
+        optimizer.step()
+
+
+def keys(client, prefix: str = "", bucket: str = "xray") -> list[str]:
+    """The object keys under ``prefix``, sorted."""
+    return sorted(item["Key"] for item in client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", []))
+
+
+def test_a_run_written_to_s3_reads_back_like_the_local_twin(s3, tmp_path):
+    _, client = s3
+    model = tiny_model()
+    options = dict(input_size=(1, 6, 6), plan=PLAN, selector=KeepAll(), health=False)
+    local = Xray(model, logdir=str(tmp_path / "run"), **options)
+    remote = Xray(model, logdir="s3://xray/twin/run", **options)
+    before = keys(client, "twin/run/")
+    train(model, [local, remote], steps=3)
+    after_captures = keys(client, "twin/run/")
+    old_frame, _ = remote.load("0", "weight_grad", 0)  # not the last capture: read back from S3
+    local.close()
+    remote.close()
+
+    # Xray's own file went up as segments: the architecture and plan when Xray started, then one per capture.
+    assert len(before) == 1 and len(after_captures) == 4 and after_captures[0] == before[0]
+    assert all(key.endswith(".xray") and "/events.out.tfevents." in key for key in after_captures)
+    assert sorted(after_captures) == after_captures  # names sort in write order, which is how runs are read
+    torch.testing.assert_close(old_frame, local.load("0", "weight_grad", 0)[0], rtol=0, atol=0)
+
+    from_s3, from_disk = open_run("s3://xray/twin/run"), open_run(tmp_path / "run")
+    assert from_s3.records() == from_disk.records() == {
+        "0": {"weight": [0, 1, 2], "weight_grad": [0, 1, 2], "output": [0, 1, 2], "grad": [0, 1, 2]},
+        "3": {"weight": [0, 1, 2], "output": [0, 1, 2]},
+    }
+    assert from_s3.architecture == from_disk.architecture and from_s3.plan == from_disk.plan
+    for layer, kinds in from_disk.records().items():
+        for kind, steps in kinds.items():
+            for step in steps:
+                remote_values, remote_header = from_s3.load(layer, kind, step)
+                local_values, local_header = from_disk.load(layer, kind, step)
+                assert torch.equal(remote_values, local_values)
+                assert remote_header.original_shape == local_header.original_shape
+    assert from_s3.to_pandas()[["mean", "std"]].equals(from_disk.to_pandas()[["mean", "std"]])
+
+
+def test_training_health_on_s3_reads_back_like_the_local_twin(s3, tmp_path):
+    from xray_tb import HealthOptions
+
+    model = tiny_model()
+    options = dict(input_size=(1, 6, 6), plan=PLAN, health=HealthOptions(every=1))
+    local = Xray(model, logdir=str(tmp_path / "run"), **options)
+    remote = Xray(model, logdir="s3://xray/health/run", **options)
+    train(model, [local, remote], steps=4)
+    local.close()
+    remote.close()
+    from_s3, from_disk = open_run("s3://xray/health/run"), open_run(tmp_path / "run")
+    layers, steps, values = from_s3.health("grad_l2")
+    assert layers == ["0", "3"] and list(steps) == [0, 1, 2, 3]
+    expected = from_disk.health("grad_l2")
+    assert layers == expected[0] and np.array_equal(steps, expected[1]) and np.array_equal(values, expected[2])
+    assert [f.rule for f in from_s3.findings()] == [f.rule for f in from_disk.findings()]
+
+
+def test_open_run_reads_what_was_uploaded_since_the_last_reload(s3):
+    model = tiny_model()
+    with Xray(model, input_size=(1, 6, 6), plan=PLAN, logdir="s3://xray/growing/run", health=False) as xray:
+        train(model, [xray], steps=1)
+        run = open_run("s3://xray/growing/run")
+        assert run.records()["0"]["weight"] == [0]
+        xray.take_graphs(1)
+        run.reload()
+        assert run.records()["0"]["weight"] == [0, 1]
+
+
+def test_a_summary_writer_on_s3_receives_xray_next_to_its_scalars(s3):
+    from torch.utils.tensorboard import SummaryWriter
+
+    _, client = s3
+    model = tiny_model()
+    writer = SummaryWriter("s3://xray/writer/run")
+    with Xray(model, input_size=(1, 6, 6), plan=PLAN, writer=writer, health=False) as xray:
+        train(model, [xray], steps=2)
+        writer.add_scalar("loss", 0.5, 1)
+    writer.close()
+
+    files = [key for key in keys(client, "writer/run/") if "tfevents" in key]
+    assert len(files) == 1 and not files[0].endswith(".xray")  # one file: the writer's own
+    run = open_run("s3://xray/writer/run")
+    assert run.records()["0"]["weight_grad"] == [0, 1]
+
+
+def test_a_failed_upload_is_kept_and_sent_with_the_next_capture(s3):
+    _, client = s3
+    client.create_bucket(Bucket="flaky")
+    model = tiny_model()
+    xray = Xray(model, input_size=(1, 6, 6), plan=PLAN, logdir="s3://flaky/run", health=False)
+    train(model, [xray], steps=1)
+    for key in keys(client, bucket="flaky"):
+        client.delete_object(Bucket="flaky", Key=key)
+    client.delete_bucket(Bucket="flaky")  # the next upload fails for real
+    with pytest.warns(UserWarning, match=r"could not upload .*NoSuchBucket.*kept and uploaded with the next capture"):
+        xray.take_graphs(1)
+    client.create_bucket(Bucket="flaky")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        xray.take_graphs(2)
+    xray.close()
+    assert open_run("s3://flaky/run").records()["0"]["weight"] == [1, 2]  # step 0 went with the deleted bucket
+
+
+def test_a_missing_bucket_is_refused_when_xray_starts(s3):
+    with pytest.raises(OSError, match=r"s3://no-such-bucket/run .*NoSuchBucket.*Check that the bucket exists"):
+        Xray(tiny_model(), input_size=(1, 6, 6), logdir="s3://no-such-bucket/run")
+
+
+def test_open_run_on_s3_says_what_is_missing(s3):
+    with pytest.raises(FileNotFoundError, match="no such run directory: 's3://xray/nothing/here'"):
+        open_run("s3://xray/nothing/here")
+
+
+def record_locally(folder: Path) -> Path:
+    """A local run of 3 captures; its one event file."""
+    model = tiny_model()
+    with Xray(model, input_size=(1, 6, 6), plan=PLAN, logdir=str(folder), health=False) as xray:
+        train(model, [xray], steps=3)
+    return next(folder.glob("events.out.tfevents.*"))
+
+
+@pytest.mark.parametrize("damage", ["flipped payload byte", "zeroed record", "1 TiB length, valid header crc"])
+def test_a_damaged_file_on_s3_reads_like_the_same_file_on_disk(s3, tmp_path, damage):
+    _, client = s3
+    path = record_locally(tmp_path / "run")
+    offset = damage_file(path, damage, index=4)  # the second capture (after the version, architecture, plan, first capture)
+    client.put_object(Bucket="xray", Key=f"damaged/{damage}/{path.name}", Body=path.read_bytes())
+
+    with pytest.warns(DamagedEventFileWarning, match=f"damaged record at byte {offset} ") as on_s3:
+        remote = open_run(f"s3://xray/damaged/{damage}")
+    with pytest.warns(DamagedEventFileWarning, match=f"damaged record at byte {offset} "):
+        local = open_run(tmp_path / "run")
+    assert remote.records() == local.records() and len(remote.records()["0"]["weight"]) == 2  # one capture lost
+    assert f"s3://xray/damaged/{damage}/{path.name}" in str(on_s3[0].message)
+
+
+def test_a_file_rewritten_longer_on_s3_is_read_on_from_where_reading_stopped(s3, tmp_path):
+    """TensorBoard's S3 writer (a SummaryWriter's) uploads its whole file again as it grows; a reload
+    reads only what was added, and a record cut short at the end waits for its rest."""
+    _, client = s3
+    data = record_locally(tmp_path / "run").read_bytes()
+    start, end = record_spans(data)[4]  # the version, the architecture, the plan, then one record per capture
+    cut = (start + end) // 2  # inside the second capture's record
+    client.put_object(Bucket="xray", Key="growing-file/run/events.out.tfevents.1", Body=data[:cut])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a record still being written is no damage
+        run = open_run("s3://xray/growing-file/run")
+        assert run.records()["0"]["weight"] == [0]
+        client.put_object(Bucket="xray", Key="growing-file/run/events.out.tfevents.1", Body=data)
+        run.reload()
+    assert run.records()["0"]["weight"] == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_tensorboard_serves_the_s3_run_like_the_local_one(s3, tmp_path):
+    model = tiny_model()
+    options = dict(input_size=(1, 6, 6), plan=PLAN)
+    with Xray(model, logdir=str(tmp_path / "logs" / "run"), **options) as local, \
+            Xray(model, logdir="s3://xray/served/run", **options) as remote:
+        train(model, [local, remote], steps=3)
+
+    # --logdir s3://... runs TensorBoard's Python loader (its Rust data server reads local and gs:// only).
+    with tensorboard(sys.executable, "s3://xray/served", cwd=tmp_path) as s3_url, \
+            tensorboard(sys.executable, tmp_path / "logs", cwd=tmp_path, extra=["--load_fast=false"]) as local_url:
+        answers = {}
+        for name, url in (("s3", s3_url), ("local", local_url)):
+            base = f"{url}/data/plugin/xray"
+            layers = get_json(f"{base}/layers?run=run")
+            frames = {
+                (layer["name"], kind, step): get_json(f"{base}/frame?" + urllib.parse.urlencode(
+                    {"run": "run", "layer": layer["name"], "kind": kind, "step": step}))
+                for layer in layers["layers"] for kind, steps in layer["kinds"].items() for step in steps
+            }
+            answers[name] = (get_json(f"{base}/runs"), layers, get_json(f"{base}/architecture?run=run"), frames)
+
+    s3_runs, s3_layers, s3_architecture, s3_frames = answers["s3"]
+    local_runs, local_layers, local_architecture, local_frames = answers["local"]
+    assert s3_runs == local_runs and s3_layers == local_layers and s3_architecture == local_architecture
+    assert len(s3_frames) == 18 and s3_frames.keys() == local_frames.keys()
+    for key, frame in s3_frames.items():
+        twin = local_frames[key]
+        for answer in (frame, twin):  # the two Xrays are two runs: their id and write times differ
+            answer.pop("wall_time")
+            answer["meta"].pop("run_id")
+        assert frame == twin, key
+
+
+@pytest.mark.slow
+def test_tensorboard_on_s3_shows_each_capture_while_training_goes_on(s3, tmp_path):
+    model = tiny_model()
+    with Xray(model, input_size=(1, 6, 6), plan=PLAN, logdir="s3://xray/live/run", health=False) as xray:
+        train(model, [xray], steps=1)
+        with tensorboard(sys.executable, "s3://xray/live", cwd=tmp_path, extra=["--reload_interval=1"]) as url:
+            assert get_json(f"{url}/data/plugin/xray/layers?run=run")["steps"] == [0]
+            xray.take_graphs(1)  # each capture is one new object, uploaded before take_graphs returns
+            xray.take_graphs(2)
+            assert wait_for_steps(f"{url}/data/plugin/xray/layers?run=run", [0, 1, 2])
+
+
+def wait_for_steps(url: str, steps: list[int], timeout: float = 30.0) -> bool:
+    """Whether the route lists ``steps`` within ``timeout`` seconds (TensorBoard reloads every second)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if get_json(url)["steps"] == steps:
+            return True
+        time.sleep(0.3)
+    return False
