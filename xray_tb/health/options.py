@@ -39,7 +39,7 @@ class HealthOptions:
     """
 
     every: Union[int, str] = "auto"
-    budget: float = 0.02
+    budget: float = 0.01
     activations: ScheduleLike = None
     update_every: int = 10
     dead_window: int = 8
