@@ -11,7 +11,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 
 def free_port() -> int:
@@ -26,13 +26,16 @@ def get_json(url: str, timeout: float = 10.0):
 
 
 @contextlib.contextmanager
-def tensorboard(python: str, logdir: Path, *, cwd: Path, extra: Sequence[str] = (), timeout: float = 60.0) -> Iterator[str]:
-    """Run ``python -m tensorboard.main --logdir logdir`` and yield its base URL once the Xray tab is enabled."""
+def loopback_server(
+    command: Sequence[str], ready: Callable[[str], bool], *, name: str, log_dir: Path, timeout: float, hint: str = ""
+) -> Iterator[str]:
+    """Run ``command`` (with ``{port}`` standing for a free loopback port) in a session of its own,
+    yield ``http://127.0.0.1:<port>`` once ``ready(url)`` is true, and stop it by its PID."""
     port = free_port()
-    log = open(cwd / f"tensorboard-{port}.log", "wb")
+    log = open(log_dir / f"{name}-{port}.log", "wb")
     process = subprocess.Popen(
-        [python, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(port), *extra],
-        cwd=cwd,
+        [part.replace("{port}", str(port)) for part in command],
+        cwd=log_dir,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -42,21 +45,34 @@ def tensorboard(python: str, logdir: Path, *, cwd: Path, extra: Sequence[str] = 
         deadline = time.monotonic() + timeout
         while True:
             if process.poll() is not None:
-                raise RuntimeError(f"tensorboard exited with {process.returncode}: {Path(log.name).read_text()[-2000:]}")
+                raise RuntimeError(f"{name} exited with {process.returncode}: {Path(log.name).read_text()[-2000:]}")
             with contextlib.suppress(OSError, ValueError):
-                if get_json(f"{url}/data/plugins_listing", timeout=2).get("xray", {}).get("enabled"):
+                if ready(url):
                     break
             if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"tensorboard did not enable the Xray tab in {timeout:.0f} s. It finds the plugin through the installed "
-                    f"entry point: run with the interpreter of an environment where xray-tb is installed (make install).\n"
-                    f"{Path(log.name).read_text()[-2000:]}"
-                )
+                raise TimeoutError(f"{name} was not ready in {timeout:.0f} s. {hint}\n{Path(log.name).read_text()[-2000:]}")
             time.sleep(0.3)
         yield url
     finally:
         stop(process)
         log.close()
+
+
+def tensorboard(python: str, logdir: Path, *, cwd: Path, extra: Sequence[str] = (), timeout: float = 60.0):
+    """Run ``python -m tensorboard.main --logdir logdir`` and yield its base URL once the Xray tab is enabled."""
+    return loopback_server(
+        [python, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1", "--port", "{port}", *extra],
+        lambda url: bool(get_json(f"{url}/data/plugins_listing", timeout=2).get("xray", {}).get("enabled")),
+        name="tensorboard",
+        log_dir=cwd,
+        timeout=timeout,
+        hint="It finds the Xray plugin through the installed entry point: run with the interpreter of an environment "
+        "where xray-tb is installed (make install).",
+    )
+
+
+#: TensorBoard's two loaders, by the flags that choose them.
+LOADERS = {"rust": [], "python": ["--load_fast=false"]}
 
 
 def stop(process: subprocess.Popen) -> None:

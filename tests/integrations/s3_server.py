@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 from typing import Iterator
 
-from tests.tensorboard_server import free_port, stop
+from tests.tensorboard_server import loopback_server
 
 #: What boto3 (inside TensorBoard's S3 layer, here and in a TensorBoard subprocess) needs to reach the server.
 CREDENTIALS = {
@@ -22,33 +20,16 @@ CREDENTIALS = {
 }
 
 
-@contextlib.contextmanager
-def moto_server(log_dir: Path, timeout: float = 30.0) -> Iterator[str]:
+def moto_server(log_dir: Path, timeout: float = 30.0):
     """Run ``python -m moto.server`` on a free loopback port; yield its URL once it answers."""
-    port = free_port()
-    log = open(log_dir / f"moto-{port}.log", "wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+
+    def answers(url: str) -> bool:
+        with urllib.request.urlopen(f"{url}/moto-api/", timeout=2):
+            return True
+
+    return loopback_server(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", "{port}"], answers, name="moto", log_dir=log_dir, timeout=timeout
     )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"moto server exited with {process.returncode}: {Path(log.name).read_text()[-2000:]}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"{url}/moto-api/", timeout=2):
-                    break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"moto server did not answer in {timeout:.0f} s: {Path(log.name).read_text()[-2000:]}")
-            time.sleep(0.2)
-        yield url
-    finally:
-        stop(process)
-        log.close()
 
 
 @contextlib.contextmanager

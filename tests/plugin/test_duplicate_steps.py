@@ -7,7 +7,6 @@ values and another plan).
 
 from __future__ import annotations
 
-import sys
 import time
 import warnings
 
@@ -17,7 +16,6 @@ import torch
 from torch import nn
 
 from tests.plugin import http_client
-from tests.tensorboard_server import tensorboard
 from xray_tb import Xray
 
 
@@ -51,13 +49,6 @@ def logdir(tmp_path_factory):
     record_session(root / "partly", 1, range(6))
     record_session(root / "partly", 2, range(2, 4))
     return root
-
-
-@pytest.fixture(scope="module", params=["rust", "python"])
-def server(request, logdir, tmp_path_factory):
-    extra = ["--load_fast=false"] if request.param == "python" else []
-    with tensorboard(sys.executable, logdir, cwd=tmp_path_factory.mktemp("tb"), extra=extra) as url:
-        yield request.param, url
 
 
 def served_weight(url: str, run: str, step: int) -> float:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import sys
 
 import numpy as np
 import pytest
@@ -17,7 +16,6 @@ from tests.event_files import read_xray_events
 from tests.plugin import http_client
 from tests.plugin.test_routes import get as get_in_process
 from tests.plugin.test_routes import serve
-from tests.tensorboard_server import tensorboard
 from xray_tb import Xray
 
 #: A submodule name with every character a tag cannot hold as it is, and a literal "%41".
@@ -71,13 +69,6 @@ def logdir(tmp_path_factory):
     for run in (WORKING_RUN, *UNREADABLE_RUNS):
         record_odd_names(root / run)
     return root
-
-
-@pytest.fixture(scope="module", params=["rust", "python"])
-def server(request, logdir, tmp_path_factory):
-    extra = ["--load_fast=false"] if request.param == "python" else []
-    with tensorboard(sys.executable, logdir, cwd=tmp_path_factory.mktemp("tb"), extra=extra) as url:
-        yield request.param, url
 
 
 def test_encoded_names_round_trip_and_hold_no_character_a_tag_cannot_carry():
