@@ -65,3 +65,19 @@ def test_measured_iterations_hold_the_exact_statistics_under_the_automatic_pace(
     for step, value in zip(steps, row):
         if value == value:
             assert abs(value - truth[int(step)]) <= 1e-5 * truth[int(step)]
+
+
+def test_captures_write_health_at_most_once_per_flush_seconds_of_training(tmp_path):
+    model = tiny()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    xray = Xray(model, input_size=(16,), logdir=str(tmp_path), every=1, health=HealthOptions(every=1, flush_seconds=3600))
+    for step in range(6):
+        x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        xray.take_graphs(step)  # a capture at every step
+        optimizer.step()
+    written = open_run(tmp_path).health("grad_l2")[1]
+    assert list(written) == [0]  # the first capture wrote; the next ones were within the hour of training
+    xray.close()
+    assert list(open_run(tmp_path).health("grad_l2")[1]) == list(range(6))  # close wrote the rest

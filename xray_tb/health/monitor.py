@@ -52,7 +52,7 @@ class HealthMonitor:
         self._nan = torch.full((), math.nan, device=device)
         weighted = [layer.name for layer in scope.weighted]
         self._pacer = Pacer(options.every, options.budget)
-        self._flushed_at = -math.inf
+        self._flushed_at: Optional[int] = None  # the iteration count at the last write
         self.update_ratio = UpdateRatio(weighted, options.update_every)
         self.iteration_families: list[IterationStatistic] = [
             GradientStatistics(weighted, [layer.param.numel() for layer in scope.weighted]), WeightNorm(weighted), self.update_ratio]
@@ -101,7 +101,7 @@ class HealthMonitor:
                 event = event_pb2.Event(step=int(step), wall_time=time.time())
                 add_weight_histograms(event.summary, weights)
                 self._sink.add_event(event)
-        if time.monotonic() - self._flushed_at >= self.options.flush_seconds:
+        if self._training_seconds_since_flush() >= self.options.flush_seconds:
             self.flush()
 
     def watch_optimizer(self, optimizer: torch.optim.Optimizer, current_step: Callable[[], Optional[int]], wrap: Callable,
@@ -180,7 +180,7 @@ class HealthMonitor:
             return
         iterations, activations = self._iteration_rows.take(), self._activation_rows.take()
         vectors, self._vectors = self._vectors, []
-        self._flushed_at = time.monotonic()
+        self._flushed_at = self._iterations
         if iterations is None and activations is None and not vectors:
             return
         series = _series(iterations, self.iteration_families)
@@ -210,6 +210,13 @@ class HealthMonitor:
         for event in events:
             self._sink.add_event(event)
         self._sink.flush()
+
+    def _training_seconds_since_flush(self) -> float:
+        """Training time since the last write: iterations times their typical interval, so pauses
+        between iterations (validation, checkpoints) do not make frequent captures write more often."""
+        if self._flushed_at is None:
+            return math.inf
+        return (self._iterations - self._flushed_at) * (self._pacer.interval or 0.0)
 
     def _locate_nonfinite(self, iterations: Optional[Block], activations: Optional[Block]) -> Optional[NonFinite]:
         flags = nonfinite.FlagRows()

@@ -31,7 +31,7 @@ class HealthOptions:
             (None: the unit dimension, channels of a conv and features of a linear layer).
         flush_every: write the buffered statistics at least every this many iterations.
         flush_seconds: at a capture, write the buffered statistics when they were last written at least
-            this many seconds ago (they are also written every ``flush_every`` iterations, when a
+            this many seconds of training ago (iterations times their typical interval: pauses do not count) (they are also written every ``flush_every`` iterations, when a
             result is asked for, and at ``close()``).
         histograms: write a TensorBoard histogram of each planned layer's weight at each capture.
         rules: per-rule settings, ``{"vanishing_gradient": {"ratio": 1e-4}, "saturation": False}``;

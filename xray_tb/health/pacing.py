@@ -35,13 +35,17 @@ class Pacer:
     def due(self, index: int, now: Optional[float] = None) -> bool:
         """Whether iteration ``index`` (counted from 0) is one to measure; also clocks the iteration
         (``now``: its time in seconds, by default ``time.perf_counter()``)."""
-        if self.auto:
-            now = time.perf_counter() if now is None else now
-            if self._last is not None:  # a pause (validation, a checkpoint) counts as a few steps at most
-                gap = now - self._last
-                self._interval = _smooth(self._interval, gap if self._interval is None else min(gap, 4 * self._interval))
-            self._last = now
+        now = time.perf_counter() if now is None else now
+        if self._last is not None:  # a pause (validation, a checkpoint) counts as a few steps at most
+            gap = now - self._last
+            self._interval = _smooth(self._interval, gap if self._interval is None else min(gap, 4 * self._interval))
+        self._last = now
         return index >= self._next
+
+    @property
+    def interval(self) -> Optional[float]:
+        """The typical time between two iterations, in seconds (None before the second one)."""
+        return self._interval
 
     def measured(self, index: int, seconds: float) -> None:
         """Iteration ``index`` was measured and its statistics took ``seconds``."""
