@@ -51,17 +51,28 @@ class HealthMixin:
             monitor.watch_optimizer(optimizer, lambda: getattr(ref(), "_next_step", None), _Hook, iteration)
         self._health = self._resources.health = monitor
 
+    # The first two run on every training step: the failure handling is inlined to keep them cheap.
+
     def _health_iteration(self, step: int) -> None:
         if self._health is not None:
-            _contained(self, "measuring", step, self._health.iteration, step)
+            try:
+                self._health.iteration(step)
+            except Exception as error:  # noqa: BLE001 - training health must never crash training
+                _failed(self, "measuring", step, error)
 
     def _health_arm(self, step: int) -> None:
         if self._health is not None:
-            _contained(self, "arming its hooks for", step, self._health.arm_for, step)
+            try:
+                self._health.arm_for(step)
+            except Exception as error:  # noqa: BLE001
+                _failed(self, "arming its hooks for", step, error)
 
     def _health_capture(self, step: int) -> None:
         if self._health is not None:
-            _contained(self, "writing", step, self._health.capture, step, list(self._plan))
+            try:
+                self._health.capture(step, list(self._plan))
+            except Exception as error:  # noqa: BLE001
+                _failed(self, "writing", step, error)
 
     def _monitor(self) -> HealthMonitor:
         if self._health is None:
@@ -133,17 +144,14 @@ class HealthMixin:
         return self._monitor().end_epoch()
 
 
-def _contained(xray, what: str, step: int, function: Callable, *args) -> None:
-    """Run a health call; a failure costs that step's health statistics, never the training. It is
-    warned once per kind of failure."""
-    try:
-        function(*args)
-    except Exception as error:  # noqa: BLE001 - training health must never crash training
-        key = ("health", what, type(error).__name__)
-        if key not in xray._warned:
-            xray._warned.add(key)
-            warnings.warn(
-                f"training health failed {what} step {step} ({type(error).__name__}: {error}); that step's health "
-                "statistics are skipped and training goes on. Switch health off with Xray(..., health=False)",
-                stacklevel=4,
-            )
+def _failed(xray, what: str, step: int, error: Exception) -> None:
+    """A health call failed: that costs the step's health statistics, never the training. Each kind of
+    failure is warned once."""
+    key = ("health", what, type(error).__name__)
+    if key not in xray._warned:
+        xray._warned.add(key)
+        warnings.warn(
+            f"training health failed {what} step {step} ({type(error).__name__}: {error}); that step's health "
+            "statistics are skipped and training goes on. Switch health off with Xray(..., health=False)",
+            stacklevel=4,
+        )

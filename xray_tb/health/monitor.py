@@ -79,17 +79,21 @@ class HealthMonitor:
     # Driving ------------------------------------------------------------------------------------
 
     def iteration(self, step: int) -> None:
-        """One training iteration, filed under ``step``: call after backward, before the optimizer step."""
+        """One training iteration, filed under ``step``: call after backward, before the optimizer step.
+        Runs on every training step: an iteration that is not measured costs a few comparisons."""
         index = self._iterations
-        self._iterations += 1
+        self._iterations = index + 1
         self._recorder.claim()  # the thread that trains is the one whose forwards are kept
-        if self._pacer.due(index) or self.update_ratio.pending:
+        measure = index >= self._pacer.next or self.update_ratio.pending
+        if measure:
             start = time.perf_counter()
             self._measure_parameters(step)
-            self._pacer.measured(index, time.perf_counter() - start)
-        if self._activations_due(step):
+            self._pacer.measured(index, time.perf_counter() - start, start)
+        due = self._due
+        if due[1] if due[0] == step else self._activations_due(step):
             self._measure_activations(step)
-        if len(self._iteration_rows) >= self.options.flush_every or len(self._activation_rows) >= self.options.flush_every:
+            measure = True
+        if measure and max(len(self._iteration_rows), len(self._activation_rows)) >= self.options.flush_every:
             self.flush()
 
     def capture(self, step: int, planned: list[str]) -> None:

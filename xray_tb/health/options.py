@@ -39,7 +39,7 @@ class HealthOptions:
     """
 
     every: Union[int, str] = "auto"
-    budget: float = 0.01
+    budget: float = 0.003
     activations: ScheduleLike = None
     update_every: int = 10
     dead_window: int = 8
@@ -47,7 +47,7 @@ class HealthOptions:
     saturation_margin: float = 0.01
     channel_dim: Optional[int] = None
     flush_every: int = 500
-    flush_seconds: float = 2.0
+    flush_seconds: float = 10.0
     histograms: bool = True
     rules: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 

@@ -5,6 +5,9 @@ On most models the per-iteration reductions cost well under a percent of a step.
 sub-millisecond steps (a small MLP on a CPU) a handful of reductions over every gradient can cost a
 third of the step; there the ``"auto"`` pace measures one iteration in ``every``, choosing ``every``
 so that the measured cost stays within ``budget`` of the time between iterations.
+
+Iterations that are not measured cost one comparison: the clock is read at measured ones only, and
+the time between iterations is the time between two measured ones over the iterations between them.
 """
 
 from __future__ import annotations
@@ -27,29 +30,30 @@ class Pacer:
         self.auto = every == "auto"
         self.every = 1 if self.auto else int(every)
         self._budget = budget
-        self._next = 0
+        #: The first iteration (counted from 0) still to measure.
+        self.next = 0
         self._cost = self._interval = None
-        self._last = None
+        self._last: Optional[tuple[int, float]] = None  # (index, clock) of the last measured iteration
         self._measured = 0
 
-    def due(self, index: int, now: Optional[float] = None) -> bool:
-        """Whether iteration ``index`` (counted from 0) is one to measure; also clocks the iteration
-        (``now``: its time in seconds, by default ``time.perf_counter()``)."""
-        now = time.perf_counter() if now is None else now
-        if self._last is not None:  # a pause (validation, a checkpoint) counts as a few steps at most
-            gap = now - self._last
-            self._interval = _smooth(self._interval, gap if self._interval is None else min(gap, 4 * self._interval))
-        self._last = now
-        return index >= self._next
+    def due(self, index: int) -> bool:
+        """Whether iteration ``index`` (counted from 0) is one to measure."""
+        return index >= self.next
 
     @property
     def interval(self) -> Optional[float]:
-        """The typical time between two iterations, in seconds (None before the second one)."""
+        """The typical time between two iterations, in seconds (None before two were measured)."""
         return self._interval
 
-    def measured(self, index: int, seconds: float) -> None:
-        """Iteration ``index`` was measured and its statistics took ``seconds``."""
-        self._next = index + self.every
+    def measured(self, index: int, seconds: float, now: Optional[float] = None) -> None:
+        """Iteration ``index`` was measured, starting at ``now`` (by default ``time.perf_counter()``
+        when it is called) and its statistics took ``seconds``."""
+        now = time.perf_counter() - seconds if now is None else now
+        if self._last is not None and index > self._last[0]:
+            gap = (now - self._last[1]) / (index - self._last[0])  # a pause counts as a few steps at most
+            self._interval = _smooth(self._interval, gap if self._interval is None else min(gap, 4 * self._interval))
+        self._last = (index, now)
+        self.next = index + self.every
         if not self.auto:
             return
         self._cost = _smooth(self._cost, seconds)

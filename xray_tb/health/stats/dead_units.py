@@ -2,14 +2,14 @@
 a threshold for every sample and position seen over a window of recent health steps (until the window
 fills, over the health steps seen so far). ``dead_fraction`` is the share of a layer's units that are dead.
 
-Each health step keeps, on the device, the largest activation of every unit; a unit is dead at a
-threshold when the largest of those over the window is at or below it, so :meth:`DeadUnits.dead`
-answers for any threshold without recomputing anything.
+Each health step keeps, on the device, the largest activation of every unit (a row of a ring of
+``window`` rows, written in place); a unit is dead at a threshold when the largest of those over the
+window is at or below it, so :meth:`DeadUnits.dead` answers for any threshold without recomputing
+anything.
 """
 
 from __future__ import annotations
 
-import collections
 from typing import Optional
 
 import numpy as np
@@ -18,51 +18,63 @@ import torch
 from xray_tb.health.stats.base import ActivationStatistic, ActivationValue
 
 
-def unit_maxima(value: ActivationValue) -> Optional[torch.Tensor]:
-    """The largest activation of each unit over the batch and every position, as float32."""
-    tensor = value.activation
-    if tensor is None or tensor.dim() == 0 or tensor.numel() == 0 or not tensor.is_floating_point():
-        return None
-    dim = value.layer.unit_dim(tensor)
-    others = [d for d in range(tensor.dim()) if d != dim]
-    return (tensor.amax(dim=others) if others else tensor).float()
-
-
 class DeadUnits(ActivationStatistic):
     columns = ("dead_fraction",)
 
     def __init__(self, layers: list[str], window: int, threshold: float):
         super().__init__(layers)
         self.threshold = threshold
-        self._windows: list[collections.deque] = [collections.deque(maxlen=window) for _ in layers]
+        self._window = window
+        self._rings: list[Optional[_Ring]] = [None] * len(layers)
 
     def compute(self, values: list[ActivationValue], nan: torch.Tensor) -> dict[str, list[torch.Tensor]]:
         fractions = []
-        for window, value in zip(self._windows, values):
-            maxima = unit_maxima(value)
-            if maxima is not None:
-                if window and window[-1].shape != maxima.shape:
-                    window.clear()
-                window.append(maxima)
-            fractions.append((self._window_maxima(window) <= self.threshold).float().mean() if window else None)
+        for i, value in enumerate(values):
+            ring = self._rings[i]
+            tensor = value.activation
+            if tensor is not None and tensor.dim() and tensor.numel() and tensor.is_floating_point():
+                dim = value.layer.unit_dim(tensor)
+                units = tensor.shape[dim]
+                if ring is None or ring.units != units or ring.rows.device != tensor.device:
+                    ring = self._rings[i] = _Ring(self._window, units, tensor.device)
+                ring.add(tensor, [d for d in range(tensor.dim()) if d != dim])
+            fractions.append(None if ring is None else torch.mean(ring.maxima() <= self.threshold, dtype=torch.float32))
         return {"dead_fraction": fractions}
-
-    @staticmethod
-    def _window_maxima(window: collections.deque) -> torch.Tensor:
-        return window[0] if len(window) == 1 else torch.stack(tuple(window)).amax(dim=0)
 
     def dead(self, threshold: Optional[float] = None) -> dict[str, list[int]]:
         """``{layer: sorted dead unit indices}`` for layers with at least one dead unit (one host sync)."""
         threshold = self.threshold if threshold is None else float(threshold)
         found = {}
-        for layer, window in zip(self.layers, self._windows):
-            if window:
-                maxima = self._window_maxima(window).cpu().numpy()
-                units = np.flatnonzero(maxima <= threshold)
+        for layer, ring in zip(self.layers, self._rings):
+            if ring is not None:
+                units = np.flatnonzero(ring.maxima().cpu().numpy() <= threshold)
                 if units.size:
                     found[layer] = [int(u) for u in units]
         return found
 
     def reset(self, layer: str) -> None:
         """Forget what was seen of ``layer`` (its units changed, e.g. by pruning)."""
-        self._windows[self.layers.index(layer)].clear()
+        self._rings[self.layers.index(layer)] = None
+
+
+class _Ring:
+    """The largest activation of each unit at each of the last ``window`` health steps (float32, on
+    the activation's device): one row written in place per health step."""
+
+    def __init__(self, window: int, units: int, device: torch.device):
+        self.units = units
+        self.rows = torch.empty((window, units), dtype=torch.float32, device=device)
+        self._written = 0
+
+    def add(self, tensor: torch.Tensor, others: list[int]) -> None:
+        row = self.rows[self._written % len(self.rows)]
+        if others and tensor.dtype == torch.float32:
+            torch.amax(tensor, dim=others, out=row)
+        else:
+            row.copy_(tensor.amax(dim=others) if others else tensor)
+        self._written += 1
+
+    def maxima(self) -> torch.Tensor:
+        """Each unit's largest activation over the window (the health steps seen so far until it fills)."""
+        filled = min(self._written, len(self.rows))
+        return self.rows[0] if filled == 1 else self.rows[:filled].amax(dim=0)

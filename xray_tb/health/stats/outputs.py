@@ -12,10 +12,25 @@ import torch
 from xray_tb.health.stats.base import Statistic
 
 
-def nonfinite_flag(tensor: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    if tensor is None or not tensor.is_floating_point():
-        return None
-    return (~torch.isfinite(tensor).all()).float()
+def nonfinite_flags(tensors: list[Optional[torch.Tensor]]) -> list[Optional[torch.Tensor]]:
+    """1.0 for each tensor holding a NaN or an infinity, else 0.0 (None for None or non-float ones).
+
+    One ``aminmax`` per tensor (no copy of it; a NaN or an infinity shows in its minimum or maximum,
+    and neither can overflow), then one batched check of all of them.
+    """
+    indices, present = zip(*[(i, t) for i, t in enumerate(tensors) if t is not None and t.is_floating_point() and t.numel()]) or ((), ())
+    out: list[Optional[torch.Tensor]] = [None] * len(tensors)
+    if not present:
+        return out
+    bounds = [torch.stack(torch.aminmax(t)).float() for t in present] if len({t.device for t in present}) > 1 else None
+    if bounds is None:
+        extremes = [value for t in present for value in torch.aminmax(t)]
+        flags = (~torch.isfinite(torch.stack(extremes).float().view(-1, 2)).all(dim=1)).float().unbind()
+    else:  # a model spread over devices: one flag per tensor
+        flags = [(~torch.isfinite(b).all()).float() for b in bounds]
+    for i, flag in zip(indices, flags):
+        out[i] = flag
+    return out
 
 
 class ForwardChecks(Statistic):
@@ -25,7 +40,5 @@ class ForwardChecks(Statistic):
     internal = True
 
     def compute(self, outputs: list[Optional[torch.Tensor]], activations: list[Optional[torch.Tensor]]) -> dict[str, list]:
-        return {
-            "output_nonfinite": [nonfinite_flag(t) for t in outputs],
-            "activation_nonfinite": [nonfinite_flag(t) for t in activations],
-        }
+        flags = nonfinite_flags([*outputs, *activations])  # one batch for both
+        return {"output_nonfinite": flags[: len(outputs)], "activation_nonfinite": flags[len(outputs):]}

@@ -1,0 +1,72 @@
+"""The batched reductions behind the activation statistics and the weight histograms, each against its
+plain definition (numpy, or TensorBoard's own histogram_pb) on the cases that bend batching: empty,
+constant and non-finite pieces, mixed dtypes, a window that fills and then slides."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from tensorboard.compat.proto import summary_pb2
+from tensorboard.plugins.histogram import summary_v2
+from tensorboard.util import tensor_util
+
+from xray_tb.health.scope import ActivationLayer
+from xray_tb.health.stats import ActivationValue, DeadUnits
+from xray_tb.health.stats.channel_variance import channel_variances
+from xray_tb.health.stats.histograms import add_weight_histograms, batch_buckets
+from xray_tb.health.stats.outputs import nonfinite_flags
+
+
+def test_batched_histograms_equal_tensorboards_bit_for_bit():
+    rng = np.random.default_rng(0)
+    pieces = [rng.standard_normal(n).astype(np.float32) * s for n, s in ((60, 1.0), (880, 3.0), (4160, 1e-3), (1, 1.0), (2080, 7.0))]
+    pieces += [np.zeros(0, np.float32), np.full(5, 3.0, np.float32), np.array([np.nan, 1, 2, np.inf, -np.inf], np.float32),
+               np.array([np.nan], np.float32), np.array([np.nan, 2.0], np.float32)]
+    got = batch_buckets(np.concatenate(pieces).astype(np.float64), [p.size for p in pieces])
+    for piece, buckets in zip(pieces, got):
+        reference = summary_v2.histogram_pb("t", piece[np.isfinite(piece)]).value[0].tensor
+        np.testing.assert_array_equal(buckets, tensor_util.make_ndarray(reference))
+    weights = {"a": torch.randn(6, 1, 3, 3), "b": torch.full((4,), 0.5), "c": torch.randn(10, 64)}
+    summary = summary_pb2.Summary()
+    add_weight_histograms(summary, weights)
+    for value, weight in zip(summary.value, weights.values()):
+        reference = summary_v2.histogram_pb("t", weight.numpy()).value[0]
+        assert value.tensor == reference.tensor and value.metadata == reference.metadata
+
+
+def test_nonfinite_flags_mark_exactly_the_tensors_holding_nan_or_inf():
+    tensors = [None, torch.tensor([1.0, math.nan]), torch.tensor([[1.0, -math.inf]]), torch.ones(3, 2),
+               torch.arange(3), torch.tensor([3e38, 3e38]),  # finite, though its sum overflows
+               torch.tensor([1.0, 2.0], dtype=torch.float16), torch.tensor([1.0, math.inf], dtype=torch.bfloat16)]
+    flags = nonfinite_flags(tensors)
+    expected = [None, 1.0, 1.0, 0.0, None, 0.0, 0.0, 1.0]
+    assert [None if f is None else float(f) for f in flags] == expected
+
+
+def test_channel_variances_match_numpy_along_every_dimension():
+    generator = torch.Generator().manual_seed(0)
+    for shape in ((32, 6, 8, 8), (16, 10, 64), (7, 3)):
+        tensor = torch.randn(shape, generator=generator) * 50 + 1e3  # a large mean: a one-pass formula would lose it
+        values = tensor.double().numpy()
+        for dim in range(len(shape)):
+            expected = np.moveaxis(values, dim, 0).reshape(shape[dim], -1).var(axis=1, ddof=1)
+            np.testing.assert_allclose(channel_variances(tensor, dim).numpy(), expected, rtol=1e-5)
+        np.testing.assert_allclose(channel_variances(tensor, -1).numpy(), np.moveaxis(values, -1, 0).reshape(shape[-1], -1).var(axis=1, ddof=1), rtol=1e-5)
+
+
+def test_dead_units_follow_the_window_as_it_fills_and_slides():
+    layer = ActivationLayer("fc", None, None, "relu", {}, last_dim_units=True, prunable=None)
+    family = DeadUnits(["fc"], window=3, threshold=0.0)
+    rng = np.random.default_rng(1)
+    seen = []
+    for step in range(7):
+        activation = np.maximum(rng.standard_normal((5, 4)), 0.0)
+        activation[:, rng.integers(0, 4)] = 0.0  # one unit silent at each step, a different one now and then
+        seen.append(activation.max(axis=0))
+        result = family.compute([ActivationValue(layer, torch.tensor(activation, dtype=torch.float32), None)], torch.tensor(math.nan))
+        window = np.max(seen[-3:], axis=0)
+        assert float(result["dead_fraction"][0]) == (window <= 0).mean()
+        assert family.dead() == ({"fc": [int(u) for u in np.flatnonzero(window <= 0)]} if (window <= 0).any() else {})
+        assert family.dead(threshold=0.5) == ({"fc": [int(u) for u in np.flatnonzero(window <= 0.5)]} if (window <= 0.5).any() else {})
