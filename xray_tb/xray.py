@@ -15,46 +15,24 @@ import torch
 from torch import nn
 
 from tb_plugin import metadata
-from xray_tb import arguments, graph, views
+from xray_tb import arguments, graph
 from xray_tb import plan as plans
+from xray_tb.attach import Resources, step_counter, trace_model, warn_about_earlier_captures
 from xray_tb.capture import MISSING_REASONS, CaptureContext, CaptureReport, capture
 from xray_tb.health import HealthMixin, HealthOptions
-from xray_tb.hooks import TapRecorder, _Hook
+from xray_tb.hooks import TapRecorder
 from xray_tb.probe import run_probe
-from xray_tb.reader import RecordedRun, last_recorded_step, open_run
+from xray_tb.reader import RecordedRun
+from xray_tb.readback import ReadBackMixin
 from xray_tb.schedules import ScheduleLike, as_schedule
 from xray_tb.selectors import RandomFilters, Selector
-from xray_tb.summary_table import summary_table
-from xray_tb.tracer import trace
 from xray_tb.writer import EventSink
 
 #: Default cap on the bytes of frame values one capture writes (16 MiB).
 DEFAULT_BUDGET_BYTES = 16 * 2**20
 
 
-class _Resources:
-    """Hooks and the event file, released by close() or when the Xray object is garbage-collected."""
-
-    def __init__(self, sink: EventSink):
-        self.sink: Optional[EventSink] = sink
-        self.recorder: Optional[TapRecorder] = None
-        self.step_hook = None
-        self.health = None  # the training-health monitor (xray_tb.health), closed before the sink
-
-    def release(self) -> None:
-        if self.health is not None:
-            self.health, health = None, self.health
-            health.close()
-        for removable in (self.recorder, self.step_hook):
-            if removable is not None:
-                removable.remove()
-        self.recorder = self.step_hook = None
-        if self.sink is not None:
-            self.sink.close()
-            self.sink = None
-
-
-class Xray(HealthMixin):
+class Xray(HealthMixin, ReadBackMixin):
     """Records weights, outputs, activations and gradients of a model's layers for TensorBoard.
 
     Args:
@@ -122,14 +100,14 @@ class Xray(HealthMixin):
         self._loss_fn = loss_fn
         args, kwargs = arguments.example_inputs(model, example_input, input_size)
         self._model = model
-        self.architecture: dict = _trace(model, args, kwargs)
+        self.architecture: dict = trace_model(model, args, kwargs)
         self._graph = graph.Graph(self.architecture)
         self.run_id = uuid.uuid4().hex
         self._selector = selector if selector is not None else RandomFilters()
         self._budget = operator.index(budget_bytes)
         first_plan = self._prepare(self.draft_plan() if plan is None else plan)  # before anything is opened
-        _warn_about_earlier_captures(logdir if writer is None else writer.log_dir)
-        self._resources = _Resources(EventSink(logdir=logdir, writer=writer))
+        warn_about_earlier_captures(logdir if writer is None else writer.log_dir)
+        self._resources = Resources(EventSink(logdir=logdir, writer=writer))
         self._logdir = self._resources.sink.logdir
         self._finalizer = weakref.finalize(self, self._resources.release)
         self._plan: dict[str, dict[str, bool]] = {}
@@ -143,7 +121,7 @@ class Xray(HealthMixin):
         self._run: Optional[RecordedRun] = None
         self._warned: set = set()
         if optimizer is not None:
-            self._resources.step_hook = optimizer.register_step_post_hook(_step_counter(weakref.ref(self)))
+            self._resources.step_hook = optimizer.register_step_post_hook(step_counter(weakref.ref(self)))
         self._sink.add(metadata.json_summary(metadata.ARCHITECTURE_TAG, self.architecture), step=0)
         self._install(*first_plan)
         self._start_health(health, optimizer)
@@ -342,56 +320,6 @@ class Xray(HealthMixin):
             self._warned.add(key)
             warnings.warn(message, stacklevel=4)
 
-    # Giving it back -------------------------------------------------------------------------------
-
-    def records(self) -> dict[str, dict[str, list[int]]]:
-        """What this Xray recorded: ``{layer: {kind: [steps]}}``."""
-        return copy.deepcopy(self._records)
-
-    def load(self, layer: str, kind: str, step: int) -> tuple[torch.Tensor, metadata.FrameHeader]:
-        """A recorded frame (the kept values) and its header: from memory when it is from the last
-        capture, else from the run's event files."""
-        in_memory = self._last_frames.get((layer, kind))
-        if in_memory is not None and in_memory[0].step == int(step):
-            header, values = in_memory
-            return torch.from_numpy(values.astype(np.float32)), header
-        return self._written_run().load(layer, kind, step)
-
-    def _written_run(self) -> RecordedRun:
-        """The run as written so far, read incrementally from the event files."""
-        if self._resources.sink is not None:
-            self._resources.sink.flush()
-        if self._run is None:
-            self._run = open_run(self._logdir)
-        else:
-            self._run.reload()
-        return self._run
-
-    def show_last_graphs(self, save: Optional[str] = None):
-        """Draw the last capture with matplotlib: one row per layer, one panel per kind.
-
-        Inline in Jupyter; with ``save=path``, written to a PNG. Returns the figure.
-        """
-        if not self._last_frames:
-            raise RuntimeError("nothing captured yet: call take_graphs() after loss.backward() first")
-        return views.show_frames(list(self._last_frames.values()), save=save, title=f"step {self._last_step}")
-
-    def save_gif(self, layer: str, kind: str, path: str, *, fps: float = 2) -> str:
-        """Animate a layer's frames of one kind over the captured steps into a GIF at ``path``."""
-        frames = [(header, values.numpy()) for values, header in self._written_run().frames(layer, kind)]
-        return views.save_gif(frames, path, fps=fps)
-
-    def summary(self) -> str:
-        """A text table of the traced graph: name, type or op, output shape, parameters."""
-        return summary_table(self.architecture)
-
-    def attention_iou(self, loader, *, target: int, protected: int, masks=None, **options):
-        """Attention-IoU of the model over ``loader``, written into the run at the current step and
-        returned as a :class:`xray_tb.bias.BiasReport`; see :func:`xray_tb.bias.recording.attention_iou`."""
-        from xray_tb.bias.recording import attention_iou
-
-        return attention_iou(self, loader, target=target, protected=protected, masks=masks, **options)
-
     # Life cycle -----------------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -407,38 +335,3 @@ class Xray(HealthMixin):
 
     def __exit__(self, *exc_info) -> None:
         self.close()
-
-
-def _step_counter(xray_ref: "weakref.ref[Xray]") -> _Hook:
-    """An optimizer step hook holding Xray weakly (a forgotten Xray can still be garbage-collected),
-    and, like every Xray hook, pickling as a no-op."""
-
-    def count(optimizer, args, kwargs) -> None:
-        xray = xray_ref()
-        if xray is not None:
-            xray._optimizer_stepped()
-
-    return _Hook(count)
-
-
-def _warn_about_earlier_captures(logdir: str) -> None:
-    """Warn once when the run directory already holds Xray captures (a resumed or repeated run)."""
-    previous = last_recorded_step(logdir)
-    if previous is not None:
-        warnings.warn(
-            f"{logdir!r} already holds Xray captures up to step {previous}; a step recorded again replaces the earlier "
-            "one (the last write wins). Give each run its own logdir to keep both",
-            stacklevel=3,
-        )
-
-
-def _trace(model: nn.Module, args: tuple, kwargs: dict) -> dict:
-    """The traced architecture; a forward that fails says so, with the shapes it was given."""
-    try:
-        return trace(model, args, kwargs)
-    except Exception as error:
-        raise ValueError(
-            f"tracing the model failed with the example input of shape {arguments.describe_inputs(args, kwargs)}: "
-            f"{type(error).__name__}: {error}. Give example_input= a batch the model accepts (model(example_input) must "
-            "run), or input_size= one sample's shape"
-        ) from error
