@@ -19,15 +19,9 @@ from tb_plugin import health_metadata
 BUCKETS = 30
 
 
-def histogram_buckets(values: np.ndarray, buckets: int = BUCKETS) -> np.ndarray:
-    """``[buckets, 3]``: left edge, right edge and count, bucketed as TensorBoard's ``histogram_pb``
-    (non-finite values left out)."""
-    flat = np.asarray(values, dtype=np.float64).reshape(-1)
-    return batch_buckets(flat, [flat.size], buckets)[0]
-
-
 def batch_buckets(flat: np.ndarray, sizes: list[int], buckets: int = BUCKETS) -> list[np.ndarray]:
-    """:func:`histogram_buckets` of each of the consecutive pieces of ``sizes`` values in ``flat``
+    """``[buckets, 3]`` (left edge, right edge, count, bucketed as TensorBoard's ``histogram_pb``, with
+    non-finite values left out) for each of the consecutive pieces of ``sizes`` values in ``flat``
     (float64), computed in one pass over all of them."""
     sizes = np.asarray(sizes, dtype=np.int64)
     owner = np.repeat(np.arange(sizes.size), sizes)
