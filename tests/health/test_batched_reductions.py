@@ -43,6 +43,7 @@ def test_nonfinite_flags_mark_exactly_the_tensors_holding_nan_or_inf():
     flags = nonfinite_flags(tensors)
     expected = [None, 1.0, 1.0, 0.0, None, 0.0, 0.0, 1.0]
     assert [None if f is None else float(f) for f in flags] == expected
+    assert nonfinite_flags([None, torch.arange(2)]) == [None, None] and nonfinite_flags([]) == []  # nothing to check
 
 
 def test_channel_variances_match_numpy_along_every_dimension():

@@ -18,16 +18,16 @@ def nonfinite_flags(tensors: list[Optional[torch.Tensor]]) -> list[Optional[torc
     One ``aminmax`` per tensor (no copy of it; a NaN or an infinity shows in its minimum or maximum,
     and neither can overflow), then one batched check of all of them.
     """
-    indices, present = zip(*[(i, t) for i, t in enumerate(tensors) if t is not None and t.is_floating_point() and t.numel()]) or ((), ())
+    indices = [i for i, t in enumerate(tensors) if t is not None and t.is_floating_point() and t.numel()]
+    present = [tensors[i] for i in indices]
     out: list[Optional[torch.Tensor]] = [None] * len(tensors)
     if not present:
         return out
-    bounds = [torch.stack(torch.aminmax(t)).float() for t in present] if len({t.device for t in present}) > 1 else None
-    if bounds is None:
-        extremes = [value for t in present for value in torch.aminmax(t)]
-        flags = (~torch.isfinite(torch.stack(extremes).float().view(-1, 2)).all(dim=1)).float().unbind()
+    if len({t.device for t in present}) == 1:
+        extremes = torch.stack([value for t in present for value in torch.aminmax(t)]).float()
+        flags = (~torch.isfinite(extremes.view(-1, 2)).all(dim=1)).float().unbind()
     else:  # a model spread over devices: one flag per tensor
-        flags = [(~torch.isfinite(b).all()).float() for b in bounds]
+        flags = [(~torch.isfinite(torch.stack(torch.aminmax(t)).float()).all()).float() for t in present]
     for i, flag in zip(indices, flags):
         out[i] = flag
     return out

@@ -1,0 +1,146 @@
+"""The CUDA paths: training health's on-device reductions and a capture on a GPU model, each checked
+against autograd, numpy or TensorBoard's own histogram. Skipped where no GPU is (CI); run on a GPU
+machine with ``python -m pytest -m cuda``."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from tensorboard.plugins.histogram import summary_v2
+from tensorboard.util import tensor_util
+from torch import nn
+from torch.nn import functional as F
+
+from tb_plugin import health_metadata
+from xray_tb import Xray, open_run
+from xray_tb.health import HealthOptions
+from xray_tb.health.findings import NonFinite
+
+from tests.health.helpers import scalars, values_by_tag
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+CUDA = torch.device("cuda")
+
+
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 8, 3, padding=1)
+        self.fc1 = nn.Linear(8 * 36, 64)
+        self.fc2 = nn.Linear(64, 3)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(torch.relu(self.conv(x)).flatten(1))))
+
+
+def test_per_iteration_statistics_on_the_gpu_equal_autograds_gradients(tmp_path):
+    torch.manual_seed(0)
+    model = ConvNet().to(CUDA)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    generator = torch.Generator().manual_seed(1)
+    truth, weights = {}, {}
+    with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=3, health=HealthOptions(every=1)) as xray:
+        for step in range(7):
+            x, y = torch.randn(16, 1, 6, 6, generator=generator).to(CUDA), torch.randint(0, 3, (16,), generator=generator).to(CUDA)
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            g = model.fc1.weight.grad.double().cpu().numpy()
+            truth[step] = (g.mean(), np.abs(g).max(), (g * g).sum() ** 0.5, model.fc1.weight.double().norm().item())
+            if step % 3 == 0:
+                weights[step] = model.conv.weight.detach().cpu().numpy().copy()
+                with torch.no_grad():
+                    activation = torch.relu(model.conv(x)).double().cpu().numpy()
+                truth[("var", step)] = activation.transpose(1, 0, 2, 3).reshape(8, -1).var(axis=1, ddof=1).mean()
+                truth[("dead", step)] = activation.transpose(1, 0, 2, 3).reshape(8, -1).max(axis=1)
+            xray.take_graphs()
+            optimizer.step()
+        assert xray.first_nonfinite is None
+    written = scalars(tmp_path)
+    for step in range(7):
+        mean, absmax, l2, weight_l2 = truth[step]
+        assert written[("fc1", "grad_mean")][step] == pytest.approx(mean, rel=1e-4, abs=1e-9)
+        assert written[("fc1", "grad_absmax")][step] == pytest.approx(absmax, rel=1e-6)
+        assert written[("fc1", "grad_l2")][step] == pytest.approx(l2, rel=1e-5)
+        assert written[("fc1", "weight_l2")][step] == pytest.approx(weight_l2, rel=1e-5)
+    layers, steps, values = open_run(tmp_path).health("grad_l2")
+    assert list(steps) == list(range(7)) and values[layers.index("fc1")][6] == pytest.approx(truth[6][2], rel=1e-5)
+    for step in (0, 3, 6):  # activation statistics at the captures, computed on the GPU
+        assert written[("conv", "channel_var")][step] == pytest.approx(truth[("var", step)], rel=1e-4)
+    window = np.max([truth[("dead", s)] for s in (0, 3, 6)], axis=0)
+    assert written[("conv", "dead_fraction")][6] == pytest.approx((window <= 0).mean())
+    histograms = values_by_tag(tmp_path, health_metadata.HISTOGRAM_PREFIX)[health_metadata.histogram_tag("conv")]
+    for step, value in histograms:
+        reference = summary_v2.histogram_pb("t", weights[step]).value[0].tensor
+        np.testing.assert_array_equal(tensor_util.make_ndarray(value.tensor), tensor_util.make_ndarray(reference))
+
+
+def test_a_nan_weight_on_the_gpu_is_named_with_its_step_and_layer(tmp_path):
+    torch.manual_seed(0)
+    model = ConvNet().to(CUDA)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=2, health=HealthOptions(every=1)) as xray:
+        for step in range(6):
+            if step == 4:
+                with torch.no_grad():
+                    model.fc2.weight[1, 2] = math.nan
+            x, y = torch.randn(8, 1, 6, 6, device=CUDA), torch.randint(0, 3, (8,), device=CUDA)
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            xray.take_graphs()
+            optimizer.step()
+        assert xray.first_nonfinite == NonFinite(step=4, layer="fc2", kind="weight")
+        assert ("nonfinite", "fc2", 4) in [(f.rule, f.layer, f.step) for f in xray.findings()]
+
+
+def test_planted_dead_units_on_the_gpu_are_found_and_pruned_without_changing_outputs(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4)).to(CUDA)
+    dead = list(range(0, 64, 4))
+    with torch.no_grad():
+        model[0].weight[dead] = 0.0
+        model[0].bias[dead] = -10.0
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    xray = Xray(model, input_size=(16,), logdir=str(tmp_path), every=2, health=HealthOptions(every=1))
+    for _ in range(20):
+        x, y = torch.randn(32, 16, device=CUDA), torch.randint(0, 4, (32,), device=CUDA)
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        xray.take_graphs()
+        optimizer.step()
+    assert xray.dead_units() == {"0": dead}
+    probe = torch.randn(128, 16, device=CUDA)
+    with torch.no_grad():
+        before = model(probe)
+    assert [(e.layer, e.units, e.applied) for e in xray.prune(dry_run=False)] == [("0", dead, True)]
+    with torch.no_grad():
+        assert torch.equal(model(probe), before)
+    xray.close()
+
+
+class TwoHeads(nn.Module):
+    """An LSTM whose ``out`` is unused: autograd hands its gradient hook None on the GPU too."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 8)
+        self.lstm = nn.LSTM(4, 3, batch_first=True)
+
+    def forward(self, x):
+        first, _ = self.fc(x).chunk(2, dim=1)
+        out, (h, c) = self.lstm(first.unsqueeze(1))
+        return h[-1]
+
+
+def test_a_gradient_that_never_arrives_on_the_gpu_is_reported_not_raised(tmp_path):
+    torch.manual_seed(0)
+    model, x = TwoHeads().to(CUDA), torch.randn(5, 4, device=CUDA)
+    with Xray(model, x, logdir=str(tmp_path), plan={"lstm": {"grad": True, "output": True}}) as xray:
+        model(x).sum().backward()
+        with pytest.warns(UserWarning, match="no gradient reached the output"):
+            xray.take_graphs(0)
+        assert ("lstm[0]", "grad") in {(layer, kind) for layer, kind, _ in xray.last_report.missing}
+        values, _ = xray.load("lstm[0]", "output", 0)
+        assert torch.isfinite(values).all()
