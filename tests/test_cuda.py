@@ -144,3 +144,15 @@ def test_a_gradient_that_never_arrives_on_the_gpu_is_reported_not_raised(tmp_pat
         assert ("lstm[0]", "grad") in {(layer, kind) for layer, kind, _ in xray.last_report.missing}
         values, _ = xray.load("lstm[0]", "output", 0)
         assert torch.isfinite(values).all()
+
+
+def test_weight_histograms_bucketed_on_the_gpu_equal_tensorboards_bit_for_bit():
+    from xray_tb.health.stats.histograms import batch_buckets
+
+    rng = np.random.default_rng(0)
+    pieces = [rng.standard_normal(n).astype(np.float32) for n in (60, 36864, 1)]
+    pieces += [np.zeros(0, np.float32), np.full(5, 3.0, np.float32), np.array([np.nan, 1, 2, np.inf], np.float32)]
+    got = batch_buckets(torch.from_numpy(np.concatenate(pieces)).to(CUDA), [p.size for p in pieces])
+    for piece, buckets in zip(pieces, got):
+        reference = summary_v2.histogram_pb("t", piece[np.isfinite(piece)]).value[0].tensor
+        np.testing.assert_array_equal(buckets, tensor_util.make_ndarray(reference))

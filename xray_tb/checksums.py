@@ -8,8 +8,11 @@ same, so files stay readable by anything.
 
 from __future__ import annotations
 
+import warnings
+
 _MASK = 0xFFFFFFFF
 _installed = False
+_warned = False
 
 
 def use_fast_crc32c() -> bool:
@@ -38,3 +41,16 @@ def use_fast_crc32c() -> bool:
     record_writer.masked_crc32c = masked_crc32c
     _installed = True
     return True
+
+
+def warn_if_slow() -> None:
+    """Warn once per process when google-crc32c is missing: every byte Xray writes is then checksummed
+    in pure Python (about 0.4 s for a 2 MiB capture)."""
+    global _warned
+    if not use_fast_crc32c() and not _warned:
+        _warned = True
+        warnings.warn(
+            "google-crc32c is not installed, so TensorBoard's pure-Python CRC32C checksums every byte Xray writes "
+            "(about 0.4 s for a 2 MiB capture); install it with pip install 'xray-tb[fast]' (or google-crc32c)",
+            stacklevel=4,
+        )

@@ -8,7 +8,7 @@ from typing import Optional
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
 from xray_tb import storage
-from xray_tb.checksums import use_fast_crc32c
+from xray_tb.checksums import warn_if_slow
 from xray_tb.event_file import EventFile
 from xray_tb.remote_event_file import RemoteEventFile
 
@@ -25,7 +25,7 @@ class EventSink:
     """
 
     def __init__(self, logdir: Optional[str] = None, writer=None):
-        use_fast_crc32c()
+        warn_if_slow()
         if writer is not None:
             self._file = writer._get_file_writer()  # torch's FileWriter: shares the user's event file
             self._owned = False

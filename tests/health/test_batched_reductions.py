@@ -24,7 +24,7 @@ def test_batched_histograms_equal_tensorboards_bit_for_bit():
     pieces = [rng.standard_normal(n).astype(np.float32) * s for n, s in ((60, 1.0), (880, 3.0), (4160, 1e-3), (1, 1.0), (2080, 7.0))]
     pieces += [np.zeros(0, np.float32), np.full(5, 3.0, np.float32), np.array([np.nan, 1, 2, np.inf, -np.inf], np.float32),
                np.array([np.nan], np.float32), np.array([np.nan, 2.0], np.float32)]
-    got = batch_buckets(np.concatenate(pieces).astype(np.float64), [p.size for p in pieces])
+    got = batch_buckets(torch.from_numpy(np.concatenate(pieces)), [p.size for p in pieces])
     for piece, buckets in zip(pieces, got):
         reference = summary_v2.histogram_pb("t", piece[np.isfinite(piece)]).value[0].tensor
         np.testing.assert_array_equal(buckets, tensor_util.make_ndarray(reference))

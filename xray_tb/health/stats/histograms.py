@@ -3,11 +3,15 @@ weight, in TensorBoard's own histogram format (plugin ``histograms``, a [buckets
 edge, right edge, count: the layout and bucketing of ``tensorboard.summary.v1.histogram_pb``), so it
 shows in the Histograms and Time Series tabs.
 
-All layers are bucketed together: one copy of their weights to the host (float64, as TensorBoard
-computes), per-layer minima and maxima with one ``reduceat`` each, and one ``bincount`` over
-layer-offset bucket indices, rather than TensorBoard's values × buckets one-hot matrix per layer."""
+All layers are bucketed together, where the weights are (on the GPU for a GPU model): their values
+in float64, as TensorBoard computes; per-layer minima and maxima with one ``scatter_reduce`` each;
+and one ``bincount`` over layer-offset bucket indices, rather than TensorBoard's values × buckets
+one-hot matrix per layer. Only the minima, maxima and counts come to the host, where the edges are
+made with TensorBoard's own ``linspace``."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -19,36 +23,40 @@ from tb_plugin import health_metadata
 BUCKETS = 30
 
 
-def batch_buckets(flat: np.ndarray, sizes: list[int], buckets: int = BUCKETS) -> list[np.ndarray]:
+def batch_buckets(values: torch.Tensor, sizes: list[int], buckets: int = BUCKETS) -> list[np.ndarray]:
     """``[buckets, 3]`` (left edge, right edge, count, bucketed as TensorBoard's ``histogram_pb``, with
-    non-finite values left out) for each of the consecutive pieces of ``sizes`` values in ``flat``
-    (float64), computed in one pass over all of them."""
-    sizes = np.asarray(sizes, dtype=np.int64)
-    owner = np.repeat(np.arange(sizes.size), sizes)
-    finite = np.isfinite(flat)
-    if not finite.all():
+    non-finite values left out) for each of the consecutive pieces of ``sizes`` values in ``values``
+    (1-d, any float dtype), computed in one pass over all of them on their device."""
+    device = values.device if values.device.type in ("cpu", "cuda") else torch.device("cpu")  # float64 there
+    flat = values.detach().to(device=device, dtype=torch.float64)
+    count = len(sizes)
+    owner = torch.repeat_interleave(torch.arange(count, device=device), torch.as_tensor(sizes, device=device))
+    finite = torch.isfinite(flat)
+    if not bool(finite.all()):
         flat, owner = flat[finite], owner[finite]
-        sizes = np.bincount(owner, minlength=sizes.size)
-    out = [np.zeros((buckets, 3)) for _ in range(sizes.size)]
-    filled = np.flatnonzero(sizes)
+    lows = torch.full((count,), math.inf, dtype=torch.float64, device=device).scatter_reduce(0, owner, flat, "amin")
+    highs = torch.full((count,), -math.inf, dtype=torch.float64, device=device).scatter_reduce(0, owner, flat, "amax")
+    spans = highs - lows
+    widths = torch.where(spans > 0, spans, torch.ones_like(spans)) / buckets
+    index = torch.floor((flat - lows[owner]) / widths[owner]).long().clamp_(max=buckets - 1)
+    counts = torch.bincount(owner * buckets + index, minlength=count * buckets).reshape(count, buckets)
+    kept = torch.bincount(owner, minlength=count)
+    low, high, span = torch.stack([lows, highs, spans]).cpu().numpy()
+    counts, kept = counts.cpu().numpy().astype(np.float64), kept.cpu().numpy()
+    out = [np.zeros((buckets, 3)) for _ in range(count)]
+    filled = np.flatnonzero(kept)
     if not filled.size:
         return out
-    starts = np.concatenate(([0], np.cumsum(sizes[filled])[:-1]))
-    lows, highs = np.minimum.reduceat(flat, starts), np.maximum.reduceat(flat, starts)
-    spans = highs - lows
-    widths = np.where(spans > 0, spans, 1.0) / buckets
-    rank = np.cumsum(sizes > 0)[owner] - 1  # each value's row among the filled pieces
-    index = np.minimum(np.floor((flat - lows[rank]) / widths[rank]).astype(np.int64), buckets - 1)
-    counts = np.bincount(rank * buckets + index, minlength=filled.size * buckets).reshape(filled.size, buckets)
+    low, high, span, counts = low[filled], high[filled], span[filled], counts[filled]
     # A zero span anywhere would switch linspace to another formula for every row: give those rows a
     # span of 1 (their edges are set below), so each row's edges are the ones TensorBoard computes.
-    edges = np.linspace(lows, np.where(spans > 0, highs, lows + 1.0), buckets + 1, axis=1)
-    table = np.stack([edges[:, :-1], edges[:, 1:], counts.astype(np.float64)], axis=2)
-    single = spans == 0  # one value: every edge at it, all counted in the last bucket
+    edges = np.linspace(low, np.where(span > 0, high, low + 1.0), buckets + 1, axis=1)
+    table = np.stack([edges[:, :-1], edges[:, 1:], counts], axis=2)
+    single = span == 0  # one value: every edge at it, all counted in the last bucket
     if single.any():
-        table[single, :, :2] = lows[single, None, None]
+        table[single, :, :2] = low[single, None, None]
         table[single, :, 2] = 0.0
-        table[single, -1, 2] = sizes[filled][single]
+        table[single, -1, 2] = kept[filled][single]
     for row, piece in enumerate(filled.tolist()):
         out[piece] = table[row]
     return out
@@ -61,7 +69,7 @@ def add_weight_histograms(summary: summary_pb2.Summary, weights: dict[str, torch
     """Append a histogram of each ``{layer: weight}`` to ``summary`` (non-finite values left out)."""
     if not weights:
         return
-    flat = torch.cat([weight.detach().reshape(-1) for weight in weights.values()]).double().cpu().numpy()
+    flat = torch.cat([weight.detach().reshape(-1) for weight in weights.values()])
     for layer, buckets in zip(weights, batch_buckets(flat, [weight.numel() for weight in weights.values()])):
         summary.value.add(tag=health_metadata.histogram_tag(layer), metadata=_METADATA, tensor=_double_tensor(buckets))
 
