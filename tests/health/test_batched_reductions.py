@@ -7,11 +7,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.histogram import summary_v2
 from tensorboard.util import tensor_util
 
+from tb_plugin import health_metadata
 from xray_tb.health.scope import ActivationLayer
 from xray_tb.health.stats import ActivationValue, DeadUnits
 from xray_tb.health.stats.channel_variance import channel_variances
@@ -71,3 +73,36 @@ def test_dead_units_follow_the_window_as_it_fills_and_slides():
         assert float(result["dead_fraction"][0]) == (window <= 0).mean()
         assert family.dead() == ({"fc": [int(u) for u in np.flatnonzero(window <= 0)]} if (window <= 0).any() else {})
         assert family.dead(threshold=0.5) == ({"fc": [int(u) for u in np.flatnonzero(window <= 0.5)]} if (window <= 0.5).any() else {})
+
+
+def test_histograms_read_back_by_tensorboard_equal_numpy_histogram_on_the_same_edges(tmp_path):
+    """Through TensorBoard's own reader: a small layer counted exactly, a large one (over SAMPLE values)
+    from its strided sample plus exact extremes, counts scaled to its size."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    from xray_tb.health.stats.histograms import SAMPLE, sampled_pieces
+
+    generator = torch.Generator().manual_seed(0)
+    weights = {"small": torch.randn(40, 30, generator=generator), "large": torch.randn(700, 300, generator=generator) * 0.1}
+    weights["large"][123, 45] = 4.0  # an outlier the stride misses: the edges still reach it
+    assert weights["large"].numel() > SAMPLE >= weights["small"].numel()
+    summary = summary_pb2.Summary()
+    add_weight_histograms(summary, weights)
+    with SummaryWriter(str(tmp_path)) as writer:
+        writer._get_file_writer().add_summary(summary, global_step=3)
+    accumulator = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0}).Reload()
+    pieces, scales = sampled_pieces(list(weights.values()))
+    for (layer, weight), piece, scale in zip(weights.items(), pieces, scales):
+        event, = accumulator.Tensors(health_metadata.histogram_tag(layer))
+        table = tensor_util.make_ndarray(event.tensor_proto)
+        edges = np.append(table[:, 0], table[-1, 1])
+        values = weight.numpy().reshape(-1)
+        assert edges[0] == values.min() and edges[-1] == values.max()  # the exact extremes
+        expected, _ = np.histogram(piece.numpy(), bins=edges)
+        np.testing.assert_allclose(table[:, 2], expected * scale, rtol=1e-12)
+        assert table[:, 2].sum() == pytest.approx(values.size)
+        if layer == "small":
+            assert scale == 1.0 and piece.numel() == values.size
+        else:
+            assert scale > 1.0 and piece.numel() < values.size / 2

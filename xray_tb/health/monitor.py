@@ -1,6 +1,7 @@
 """The health monitor: drives the statistic families, buffers their rows, judges and writes them.
 
-Per iteration (:meth:`HealthMonitor.iteration`) the per-iteration families reduce the weights and
+Every iteration (:meth:`HealthMonitor.iteration`) the non-finite sentinel checks the weights and
+gradients (:mod:`xray_tb.health.sentinel`); on measured iterations the per-iteration families reduce the weights and
 gradients on their device into one row; at health steps the activation families read the activations
 that the monitor's own forward hooks kept (armed for health steps only). Rows reach the host in blocks
 (at captures, every ``flush_every`` iterations, when a result is asked for, and at close), where the
@@ -25,10 +26,11 @@ from xray_tb.health import nonfinite, writing
 from xray_tb.health.buffer import Block, RowBuffer
 from xray_tb.health.epochs import EpochAccumulator
 from xray_tb.health.findings import FindingBook, NonFinite
-from xray_tb.health.options import HealthOptions
+from xray_tb.health.options import HealthOptions, budget_for
 from xray_tb.health.pacing import Pacer
 from xray_tb.health.rules import RuleInput, make_rules
 from xray_tb.health.scope import Scope
+from xray_tb.health.sentinel import NonFiniteSentinel
 from xray_tb.health.stats import (
     ActivationStatistic, ActivationValue, ChannelVariance, DeadUnits, ForwardChecks, GradientStatistics,
     IterationStatistic, IterationView, Saturation, Statistic, UpdateRatio, WeightNorm,
@@ -51,7 +53,7 @@ class HealthMonitor:
         device = next((layer.param.device for layer in scope.weighted), torch.device("cpu"))
         self._nan = torch.full((), math.nan, device=device)
         weighted = [layer.name for layer in scope.weighted]
-        self._pacer = Pacer(options.every, options.budget)
+        self._pacer = Pacer(options.every, budget_for(options, device.type))
         self._flushed_at: Optional[int] = None  # the iteration count at the last write
         self.update_ratio = UpdateRatio(weighted, options.update_every)
         self.iteration_families: list[IterationStatistic] = [
@@ -61,6 +63,7 @@ class HealthMonitor:
         self.activation_families: list[ActivationStatistic] = [
             self.dead, Saturation(activated, options.saturation_margin), ChannelVariance(activated, options.channel_dim)]
         self._checks = ForwardChecks(list(scope.output_taps))
+        self._sentinel = NonFiniteSentinel(weighted)
         self.rules = make_rules(options.rules, options.dead_window)
         self._book = FindingBook()
         self.first_nonfinite: Optional[NonFinite] = None
@@ -84,10 +87,14 @@ class HealthMonitor:
         index = self._iterations
         self._iterations = index + 1
         self._recorder.claim()  # the thread that trains is the one whose forwards are kept
+        weights = self._weights
+        grads = [weight.grad for weight in weights]
+        if not self._sentinel.done:
+            self._sentinel.check(step, weights, grads)
         measure = index >= self._pacer.next or self.update_ratio.pending
         if measure:
             start = time.perf_counter()
-            self._measure_parameters(step)
+            self._measure_parameters(step, weights, grads)
             self._pacer.measured(index, time.perf_counter() - start, start)
         due = self._due
         if due[1] if due[0] == step else self._activations_due(step):
@@ -135,10 +142,9 @@ class HealthMonitor:
 
     # Measuring ----------------------------------------------------------------------------------
 
-    def _measure_parameters(self, step: int) -> None:
-        weights = self._weights
+    def _measure_parameters(self, step: int, weights: list[torch.Tensor], grads: list[Optional[torch.Tensor]]) -> None:
         with torch.no_grad():
-            view = IterationView(weights, [w.grad for w in weights], self._nan, self._measured)
+            view = IterationView(weights, grads, self._nan, self._measured)
             row: list = []
             for family in self.iteration_families:
                 result = family.compute(view)
@@ -185,12 +191,14 @@ class HealthMonitor:
         iterations, activations = self._iteration_rows.take(), self._activation_rows.take()
         vectors, self._vectors = self._vectors, []
         self._flushed_at = self._iterations
-        if iterations is None and activations is None and not vectors:
+        located = False
+        if self.first_nonfinite is None:
+            self.first_nonfinite = self._locate_nonfinite(iterations, activations)
+            located = self.first_nonfinite is not None
+        if iterations is None and activations is None and not vectors and not located:
             return
         series = _series(iterations, self.iteration_families)
         activation_series = _series(activations, self.activation_families)
-        if self.first_nonfinite is None:
-            self.first_nonfinite = self._locate_nonfinite(iterations, activations)
         self._judge(iterations, series, activations, activation_series)
         for stat, entry in series.items():
             self._epochs.add(stat, entry.layers, entry.values, entry.absent)
@@ -224,6 +232,7 @@ class HealthMonitor:
 
     def _locate_nonfinite(self, iterations: Optional[Block], activations: Optional[Block]) -> Optional[NonFinite]:
         flags = nonfinite.FlagRows()
+        self._sentinel.take(flags)  # weights and gradients, every iteration
         if iterations is not None:
             for index, family in enumerate(self.iteration_families):
                 for column, kind in family.nonfinite_kinds.items():

@@ -17,9 +17,11 @@ class HealthOptions:
             ``"auto"`` (default): on every iteration while they cost at most ``budget`` of the training
             step's time, else on one iteration in n, n chosen to stay within it (see
             :mod:`xray_tb.health.pacing`).
-        budget: with ``every="auto"``, the share of the step time the per-iteration reductions may take
-            (0.003; counting the colder caches of the step after it, a measured iteration costs about
-            twice its reductions' time).
+        budget: with ``every="auto"``, the share of the step time the per-iteration reductions may take.
+            None (default): 0.003 for a model on the CPU (counting the colder caches of the step after
+            it, a measured iteration costs about twice its reductions' time), 0.02 for a model on an
+            accelerator, where the time measured is the time to launch a fixed number of batched
+            reductions, which mostly overlaps the device's own work.
         activations: when activation statistics (dead units, saturation, channel variance, output
             checks) run: None (default) at Xray's captures (never in probe mode, whose captures run
             on the probe batch), an int n, or a callable ``step -> bool``.
@@ -41,7 +43,7 @@ class HealthOptions:
     """
 
     every: Union[int, str] = "auto"
-    budget: float = 0.003
+    budget: Optional[float] = None
     activations: ScheduleLike = None
     update_every: int = 10
     dead_window: int = 8
@@ -56,7 +58,7 @@ class HealthOptions:
     def __post_init__(self):
         if self.every != "auto" and (isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1):
             raise ValueError(f"HealthOptions(every=...) takes 'auto' or a whole number >= 1, got {self.every!r}")
-        if isinstance(self.budget, bool) or not isinstance(self.budget, (int, float)) or not 0 < self.budget <= 1:
+        if self.budget is not None and (isinstance(self.budget, bool) or not isinstance(self.budget, (int, float)) or not 0 < self.budget <= 1):
             raise ValueError(f"HealthOptions(budget=...) takes a share of the step time in (0, 1], got {self.budget!r}")
         for name in ("update_every", "dead_window", "flush_every"):
             value = getattr(self, name)
@@ -69,6 +71,17 @@ class HealthOptions:
         if self.channel_dim is not None and (isinstance(self.channel_dim, bool) or not isinstance(self.channel_dim, int)):
             raise ValueError(f"HealthOptions(channel_dim=...) takes a dimension index or None, got {self.channel_dim!r}")
         as_schedule(self.activations)  # raises on a bad schedule
+
+
+#: The default ``budget`` for a model on the CPU and on an accelerator.
+CPU_BUDGET, DEVICE_BUDGET = 0.003, 0.02
+
+
+def budget_for(options: HealthOptions, device_type: str) -> float:
+    """The pace's budget: the one given, else the default for the weights' device."""
+    if options.budget is not None:
+        return float(options.budget)
+    return CPU_BUDGET if device_type == "cpu" else DEVICE_BUDGET
 
 
 def as_options(health: Union[bool, HealthOptions, None]) -> Optional[HealthOptions]:

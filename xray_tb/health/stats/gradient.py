@@ -1,9 +1,10 @@
 """Per-iteration statistics of each layer's weight gradient: grad_mean, grad_absmax, grad_var (n - 1),
 grad_l1 (sum of |g|) and grad_l2.
 
-On the device, four batched reductions per iteration: the L2 norms (one ``_foreach_norm``), |g| (one
-``_foreach_abs``), its maxima (one ``_foreach_max``) and the sums of g and of |g|. The mean and the
-variance follow on the host, in float64: mean = sum / n, var = (l2² - n·mean²) / (n - 1).
+On the device, four batched reductions per (device, dtype) group, a fixed number of launches whatever
+the number of layers and no copy of the gradients (:mod:`xray_tb.health.reductions`): the L1, L2 and
+inf norms (``_foreach_norm``) and the signed sums. The mean and the variance follow on the host, in
+float64: mean = sum / n, var = (l2² - n·mean²) / (n - 1).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from xray_tb.health import reductions
 from xray_tb.health.stats.base import IterationStatistic, IterationView, present, scatter
 
 
@@ -21,18 +23,18 @@ class GradientStatistics(IterationStatistic):
     def __init__(self, layers: list[str], sizes: list[int]):
         super().__init__(layers)
         self._sizes = np.asarray(sizes, dtype=np.float64)
+        self._sums = reductions.SignedSums()
 
     def compute(self, view: IterationView) -> dict[str, list[torch.Tensor]]:
         indices, grads = present(view.grads)
         size = len(view.grads)
         if not grads:
             return {column: [None] * size for column in self.columns}
-        magnitudes = torch._foreach_abs(grads)
         results = {
-            "grad_sum": [g.sum(dtype=torch.float32) for g in grads],
-            "grad_l1": [m.sum(dtype=torch.float32) for m in magnitudes],
-            "grad_l2": torch._foreach_norm(grads),
-            "grad_absmax": torch._foreach_max(magnitudes),
+            "grad_sum": self._sums(grads),
+            "grad_l1": reductions.norms(grads, 1),
+            "grad_l2": reductions.norms(grads, 2),
+            "grad_absmax": reductions.abs_maxima(grads),
         }
         return {column: scatter(values, indices, size) for column, values in results.items()}
 

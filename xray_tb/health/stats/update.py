@@ -1,7 +1,7 @@
 """``update_ratio`` = ‖Δw‖ / ‖w‖: the size of one optimizer update relative to the weight.
 
 Measured between consecutive training iterations, on one measured iteration in ``every``: the weights
-are copied at iteration i (one copy, kept for one iteration only), and iteration i + 1 is then measured
+are copied at iteration i (into buffers allocated once and reused), and iteration i + 1 is then measured
 too (whatever the pace of the other statistics), filing ‖w(i+1) − w(i)‖ / ‖w(i)‖ under its step. Other
 steps have no value.
 """
@@ -12,6 +12,7 @@ from typing import Optional
 
 import torch
 
+from xray_tb.health import reductions
 from xray_tb.health.stats.base import IterationStatistic, IterationView
 
 
@@ -22,19 +23,30 @@ class UpdateRatio(IterationStatistic):
         super().__init__(layers)
         self._every = every
         self._previous: Optional[tuple[list[torch.Tensor], list[torch.Tensor]]] = None
+        self._buffers: Optional[list[torch.Tensor]] = None
 
     def compute(self, view: IterationView) -> dict[str, list[torch.Tensor]]:
         ratios: list = [None] * len(view.weights)
         if self._previous is not None:
             before, norms = self._previous
             if len(before) == len(view.weights) and all(b.shape == w.shape for b, w in zip(before, view.weights)):
-                ratios = list(torch._foreach_div(torch._foreach_norm(torch._foreach_sub(view.weights, before)), norms))
+                torch._foreach_sub_(before, view.weights)  # in place on the kept copy: no new allocation
+                ratios = list(torch._foreach_div(reductions.norms(before, 2), norms))
             self._previous = None
         if view.index % self._every == 0:
             with torch.no_grad():
-                copies = [w.detach().clone() for w in view.weights]
-            self._previous = (copies, list(torch._foreach_norm(copies)))
+                copies = self._copies(view.weights)
+            self._previous = (copies, reductions.norms(copies, 2))
         return {"update_ratio": ratios}
+
+    def _copies(self, weights: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The weights copied into buffers kept from one copy to the next (allocated once)."""
+        kept = self._buffers
+        if kept is None or len(kept) != len(weights) or any(k.shape != w.shape or k.dtype != w.dtype or k.device != w.device
+                                                            for k, w in zip(kept, weights)):
+            kept = self._buffers = [torch.empty_like(w) for w in weights]
+        torch._foreach_copy_(kept, [w.detach() for w in weights])
+        return kept
 
     @property
     def pending(self) -> bool:

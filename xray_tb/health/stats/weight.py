@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from xray_tb.health import reductions
 from xray_tb.health.stats.base import IterationStatistic, IterationView
 
 
@@ -12,4 +13,4 @@ class WeightNorm(IterationStatistic):
     nonfinite_kinds = {"weight_l2": "weight"}
 
     def compute(self, view: IterationView) -> dict[str, list[torch.Tensor]]:
-        return {"weight_l2": list(torch._foreach_norm(view.weights))}
+        return {"weight_l2": reductions.norms(view.weights, 2)}

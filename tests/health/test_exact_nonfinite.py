@@ -1,0 +1,116 @@
+"""The first non-finite value is exact at the default pace: the sentinel checks every iteration's
+weights and gradients, so a NaN planted at step 37 is named at step 37 in its layer even when the
+statistics measure one iteration in many, with and without ``optimizer=``."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from xray_tb import Xray, open_run
+from xray_tb.health import NonFinite
+from xray_tb.health.nonfinite import FlagRows
+from xray_tb.health.sentinel import NonFiniteSentinel
+
+from tests.health.helpers import batches
+
+
+
+def three_layers() -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.add_module("first", nn.Linear(16, 32))
+    model.add_module("act1", nn.ReLU())
+    model.add_module("second", nn.Linear(32, 32))
+    model.add_module("act2", nn.ReLU())
+    model.add_module("third", nn.Linear(32, 4))
+    return model
+
+
+def train(model, xray, optimizer, steps: int, plant=None, use_optimizer_hook: bool = False):
+    for step, (x, y) in enumerate(batches(steps)):
+        if plant is not None:
+            plant(step, model)
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        if not use_optimizer_hook:
+            xray.take_graphs()
+        optimizer.step()
+        if use_optimizer_hook:
+            xray.take_graphs()
+
+
+def nan_weight_at_37(step: int, model) -> None:
+    if step == 37:
+        with torch.no_grad():
+            model.second.weight[5, 3] = math.nan
+
+
+@pytest.mark.parametrize("with_optimizer", [False, True])
+def test_a_nan_weight_at_step_37_is_named_at_37_at_the_default_pace(tmp_path, with_optimizer):
+    model = three_layers()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    extra = {"optimizer": optimizer} if with_optimizer else {}
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10, **extra) as xray:
+        assert xray._health._pacer.auto  # the defaults: the statistics are paced
+        train(model, xray, optimizer, 60, nan_weight_at_37, use_optimizer_hook=with_optimizer)
+        assert xray.first_nonfinite == NonFinite(step=37, layer="second", kind="weight")
+        nonfinite = [(f.layer, f.step) for f in xray.findings() if f.rule == "nonfinite"]
+    assert nonfinite == [("second", 37)]
+    assert [(f.layer, f.step) for f in open_run(tmp_path).findings() if f.rule == "nonfinite"] == [("second", 37)]
+
+
+def test_a_gradient_infinite_at_one_iteration_only_is_named_at_that_iteration(tmp_path):
+    model = three_layers()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # the weights stay finite afterwards
+    spike = {"step": None}
+
+    def hook(grad):
+        return grad * math.inf if spike["step"] == 23 else grad
+
+    model.third.weight.register_hook(hook)
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10) as xray:
+        for step, (x, y) in enumerate(batches(40)):
+            spike["step"] = step
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            xray.take_graphs()
+            optimizer.step()
+        assert xray.first_nonfinite == NonFinite(step=23, layer="third", kind="weight_grad")
+        assert [(f.layer, f.step) for f in xray.findings() if f.rule == "nonfinite"] == [("third", 23)]
+
+
+def test_finite_tensors_whose_sums_overflow_are_not_flagged():
+    sentinel = NonFiniteSentinel(["a", "b"])
+    big = torch.full((4,), 3e38)
+    sentinel.check(0, [big, torch.ones(2)], [big.clone(), None])
+    assert not sentinel.done
+    sentinel.check(1, [big, torch.tensor([1.0, -math.inf])], [big.clone(), torch.ones(2)])
+    rows = FlagRows()
+    sentinel.take(rows)
+    assert rows.by_step == {1: {"weight": {"b"}}}
+
+
+def test_the_device_path_keeps_the_first_flagged_iteration_without_reading_it():
+    """The GPU path (flags kept on the device, read once), run here on CPU tensors."""
+    sentinel = NonFiniteSentinel(["a", "b", "c"])
+    weights = [torch.ones(3), torch.ones(2, 2), torch.ones(5, dtype=torch.float64)]
+    grads = [torch.ones(3), None, torch.ones(5, dtype=torch.float64)]
+
+    def run(step):
+        tensors = [*weights, *grads]
+        positions = [i for i, t in enumerate(tensors) if t is not None]
+        sentinel._check_on_device(step, tensors, positions, [tensors[i] for i in positions])
+
+    run(0)
+    grads[2] = torch.tensor([1.0, math.nan, 0, 0, 0], dtype=torch.float64)
+    run(1)
+    weights[0] = torch.tensor([math.inf, 0.0, 0.0])
+    run(2)  # later: not the first
+    rows = FlagRows()
+    sentinel.take(rows)
+    assert rows.by_step == {1: {"weight_grad": {"c"}}} and sentinel.done

@@ -1,0 +1,52 @@
+"""The batched reductions (one multi-tensor call per device and dtype) against plain per-tensor math."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from xray_tb.health import reductions
+
+
+def tensors():
+    generator = torch.Generator().manual_seed(0)
+    return [torch.randn(7, 5, generator=generator), torch.randn(300, generator=generator).double(),
+            torch.randn(3, 4, 5, generator=generator), torch.tensor([1.0, math.nan]), torch.tensor([-math.inf, 2.0]),
+            torch.randn(11, generator=generator).half()]
+
+
+def reference(t: torch.Tensor, what: str) -> float:
+    v = t.double().numpy().reshape(-1)
+    return {"sum": v.sum(), "l1": np.abs(v).sum(), "l2": np.sqrt((v * v).sum()), "absmax": np.abs(v).max()}[what]
+
+
+def close(got, expected, rtol=1e-3):
+    return (math.isnan(got) and math.isnan(expected)) or got == expected or math.isclose(got, expected, rel_tol=rtol)
+
+
+def test_norms_and_abs_maxima_equal_their_definitions_across_dtypes():
+    ts = tensors()
+    for what, values in (("l1", reductions.norms(ts, 1)), ("l2", reductions.norms(ts, 2)), ("absmax", reductions.abs_maxima(ts))):
+        assert len(values) == len(ts)
+        for t, value in zip(ts, values):
+            assert close(float(value), float(reference(t, what))), (what, t.dtype)
+    stacked = reductions.stacked_norms(ts, math.inf)
+    assert stacked.dtype == torch.float32 and [math.isfinite(v) for v in stacked.tolist()] == [True, True, True, False, False, True]
+
+
+def test_signed_sums_through_the_scratch_chunks_equal_per_tensor_sums(monkeypatch):
+    """The GPU path (copy into a scratch of at most CHUNK values, one segment_reduce per chunk; larger
+    tensors on their own), run on CPU tensors with a small CHUNK."""
+    monkeypatch.setattr(reductions, "CHUNK", 64)
+    generator = torch.Generator().manual_seed(1)
+    members = [torch.randn(5, 6, generator=generator), torch.randn(40, generator=generator), torch.randn(200, generator=generator),
+               torch.randn(3, generator=generator), torch.randn(8, 8, generator=generator), torch.tensor([1.0, math.nan])]
+    plan = reductions._ChunkPlan(members)
+    assert plan.large == [2] and len(plan.chunks) >= 2 and plan.scratch.numel() <= 64
+    for _ in range(2):  # the scratch is reused from call to call
+        sums = plan.sums(members)
+        for t, value in zip(members, sums):
+            assert close(float(value), float(reference(t, "sum")), rtol=1e-5)
+    assert [float(s) for s in reductions.SignedSums()(members)][:5] == [float(t.sum()) for t in members][:5]

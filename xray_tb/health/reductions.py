@@ -1,0 +1,132 @@
+"""Batched reductions over many tensors, a fixed number of kernel launches whatever their number.
+
+Tensors are grouped per (device, dtype); each group is reduced with PyTorch's multi-tensor
+``_foreach_norm`` (ord 1, 2 and inf, the way ``clip_grad_norm_`` computes per-tensor norms). Signed
+sums have no multi-tensor op: on a GPU each group is copied (in float32) into a persistent scratch
+buffer of at most :data:`CHUNK` values, chunk by chunk, and summed per tensor with one
+``segment_reduce`` per chunk; nothing the size of the tensors is allocated per call. On a CPU, where
+a kernel launch is a function call and ``sum`` runs at memory speed, each tensor is summed directly.
+
+Every function returns one 0-d tensor per input tensor, on the tensors' device, in input order.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+#: The largest scratch buffer (values) used for signed sums on a GPU: 64 MiB of float32.
+CHUNK = 1 << 24
+
+
+def groups(tensors: list[torch.Tensor]) -> list[tuple[list[int], list[torch.Tensor]]]:
+    """``(positions, tensors)`` per (device, dtype), in order of first appearance."""
+    by_key: dict = {}
+    for index, tensor in enumerate(tensors):
+        entry = by_key.setdefault((tensor.device, tensor.dtype), ([], []))
+        entry[0].append(index)
+        entry[1].append(tensor)
+    return list(by_key.values())
+
+
+def _per_group(tensors: list[torch.Tensor], reduce) -> list[torch.Tensor]:
+    out: list = [None] * len(tensors)
+    for positions, members in groups(tensors):
+        for position, value in zip(positions, reduce(members)):
+            out[position] = value
+    return out
+
+
+def norms(tensors: list[torch.Tensor], ord: float) -> list[torch.Tensor]:
+    """Each tensor's vector norm of order ``ord`` (1, 2 or inf; NaN propagates), in float32 at least."""
+    return _per_group(tensors, lambda members: torch._foreach_norm(members, ord))
+
+
+def stacked_norms(tensors: list[torch.Tensor], ord: float) -> torch.Tensor:
+    """:func:`norms` as one float32 vector on the first tensor's device: one stack per group."""
+    parts = groups(tensors)
+    device = tensors[0].device
+    if len(parts) == 1:
+        return torch.stack(torch._foreach_norm(parts[0][1], ord)).float()
+    order = torch.tensor([i for positions, _ in parts for i in positions], device=device).argsort()
+    values = torch.cat([torch.stack(torch._foreach_norm(members, ord)).float().to(device) for _, members in parts])
+    return values[order]
+
+
+def abs_maxima(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each tensor's largest absolute value (NaN when it holds a NaN)."""
+
+    def reduce(members: list[torch.Tensor]) -> list[torch.Tensor]:
+        if members[0].device.type != "cpu":
+            return list(torch._foreach_norm(members, math.inf))
+        # On a CPU the inf-norm kernel is ten times slower than aminmax: take |min| and |max|.
+        extremes = torch.stack([value for t in members for value in torch.aminmax(t)]).view(-1, 2)
+        return list(torch.maximum(extremes[:, 1], extremes[:, 0].neg()).unbind())
+
+    return _per_group(tensors, reduce)
+
+
+class SignedSums:
+    """Each tensor's sum in float32 (see the module docstring); keeps its scratch between calls."""
+
+    def __init__(self):
+        self._plans: dict = {}
+
+    def __call__(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        return _per_group(tensors, self._group)
+
+    def _group(self, members: list[torch.Tensor]) -> list[torch.Tensor]:
+        if members[0].device.type == "cpu":
+            return [t.sum(dtype=torch.float32) for t in members]
+        key = (members[0].device, tuple(tuple(t.shape) for t in members))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = _ChunkPlan(members)
+        return plan.sums(members)
+
+
+class _ChunkPlan:
+    """How one list of shapes is packed into chunks of the scratch buffer."""
+
+    def __init__(self, members: list[torch.Tensor]):
+        device = members[0].device
+        self.chunks: list[tuple[list[int], list[torch.Tensor], torch.Tensor, int]] = []  # (positions, views, lengths, values)
+        self.large: list[int] = []  # tensors larger than a chunk: summed on their own
+        sizes = [t.numel() for t in members]
+        filled = sum(n for n in sizes if n <= CHUNK)
+        self.scratch = torch.empty(max(1, min(CHUNK, filled)), dtype=torch.float32, device=device)
+        positions: list[int] = []
+        used = 0
+        for index, size in enumerate(sizes):
+            if size > CHUNK:
+                self.large.append(index)
+                continue
+            if used + size > self.scratch.numel():
+                self._close(positions, members, used)
+                positions, used = [], 0
+            positions.append(index)
+            used += size
+        self._close(positions, members, used)
+
+    def _close(self, positions: list[int], members: list[torch.Tensor], used: int) -> None:
+        if not positions:
+            return
+        views, offset = [], 0
+        for index in positions:
+            shape, size = members[index].shape, members[index].numel()
+            views.append(self.scratch[offset: offset + size].view(shape))
+            offset += size
+        lengths = torch.tensor([members[i].numel() for i in positions], dtype=torch.int64, device=self.scratch.device)
+        self.chunks.append((positions, views, lengths, offset))
+
+    def sums(self, members: list[torch.Tensor]) -> list[torch.Tensor]:
+        out: list[Optional[torch.Tensor]] = [None] * len(members)
+        for positions, views, lengths, used in self.chunks:
+            torch._foreach_copy_(views, [members[i] for i in positions])
+            for index, value in zip(positions, torch.segment_reduce(self.scratch[:used], "sum", lengths=lengths).unbind()):
+                out[index] = value
+        for index in self.large:
+            out[index] = members[index].sum(dtype=torch.float32)
+        return out

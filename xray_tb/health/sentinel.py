@@ -1,0 +1,102 @@
+"""The non-finite sentinel: every training iteration, whatever the pace of the statistics, checks each
+weight (as the forward used it) and each gradient for NaN and infinity, so the first non-finite value
+is named at the iteration where it appeared and in the layer where it started.
+
+Cheap by construction, and without a host sync per iteration on a GPU:
+
+* on a GPU, one inf-norm per (device, dtype) group (``_foreach_norm``: NaN propagates, nothing
+  overflows) gives a flag per tensor; the flags of the first iteration with any flag, and its step,
+  are kept on the device (a few ``where``) and read when the statistics are next written;
+* on a CPU, where reading a value costs no sync and ``sum`` runs at memory speed, each tensor's sum
+  (a NaN or an infinity makes it non-finite) is added up and read; only when the total is not finite
+  are the tensors checked one by one (``isfinite``), so a finite tensor whose sum overflows is never
+  flagged.
+
+After the first non-finite iteration the sentinel stops: only the first one is reported.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from xray_tb.health import reductions
+from xray_tb.health.nonfinite import FlagRows
+
+
+class NonFiniteSentinel:
+    """Flags for the first iteration with a non-finite weight or gradient, by layer and kind."""
+
+    def __init__(self, layers: list[str]):
+        self.layers = layers
+        self.done = False  # a first non-finite iteration was found (or its search is over)
+        self._found: Optional[tuple[int, list[bool]]] = None  # (step, flags), weights then grads
+        self._device_state: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None  # seen, step, flags
+        self._slots: Optional[tuple[list[int], int]] = None  # positions of the checked tensors, count of all
+
+    def check(self, step: int, weights: list[torch.Tensor], grads: list[Optional[torch.Tensor]]) -> None:
+        """Check one iteration's weights and gradients (None for a missing gradient)."""
+        tensors = [*weights, *grads]
+        positions = [i for i, t in enumerate(tensors) if t is not None and t.layout == torch.strided and t.numel()]
+        checked = [tensors[i] for i in positions]
+        if not checked:
+            return
+        with torch.no_grad():
+            if all(t.device.type == "cpu" for t in checked):
+                self._check_now(step, tensors, positions, checked)
+            else:
+                self._check_on_device(step, tensors, positions, checked)
+
+    def _check_now(self, step: int, tensors: list, positions: list[int], checked: list[torch.Tensor]) -> None:
+        total = torch.stack([t.sum(dtype=torch.float32) for t in checked]).sum()
+        if math.isfinite(float(total)):
+            return
+        flags = [False] * len(tensors)
+        for position, tensor in zip(positions, checked):
+            flags[position] = not bool(torch.isfinite(tensor).all())
+        if any(flags):  # else a finite tensor's sum overflowed: nothing to report
+            self._found = (int(step), flags)
+            self.done = True
+
+    def _check_on_device(self, step: int, tensors: list, positions: list[int], checked: list[torch.Tensor]) -> None:
+        flags = ~torch.isfinite(reductions.stacked_norms(checked, math.inf))
+        if self._device_state is None or self._slots != (positions, len(tensors)):
+            self._read_device()  # what an earlier layout found stays found
+            if self.done:
+                return
+            device = checked[0].device
+            self._device_state = (torch.zeros((), dtype=torch.bool, device=device), torch.full((), -1, dtype=torch.int64, device=device),
+                                  torch.zeros(len(checked), dtype=torch.bool, device=device))
+            self._slots = (positions, len(tensors))
+        seen, first_step, first_flags = self._device_state
+        new = flags.any() & ~seen  # the flags stay all False until the first iteration with one
+        first_flags.logical_or_(flags & new)
+        first_step.masked_fill_(new, int(step))
+        seen.logical_or_(new)
+
+    def _read_device(self) -> None:
+        if self._device_state is None or self.done:
+            return
+        seen, first_step, first_flags = self._device_state
+        if bool(seen):
+            positions, count = self._slots
+            flags = [False] * count
+            for position, flag in zip(positions, first_flags.tolist()):
+                flags[position] = flag
+            self._found = (int(first_step), flags)
+            self.done = True
+        self._device_state = None
+
+    def take(self, rows: FlagRows) -> None:
+        """Add the first non-finite iteration found so far (if any) to ``rows`` (one sync on a GPU)."""
+        self._read_device()
+        if self._found is None:
+            return
+        step, flags = self._found
+        count = len(self.layers)
+        for kind, offset in (("weight", 0), ("weight_grad", count)):
+            layers = [self.layers[i] for i in range(count) if flags[offset + i]]
+            for layer in layers:
+                rows.by_step.setdefault(step, {}).setdefault(kind, set()).add(layer)
