@@ -156,3 +156,34 @@ def test_weight_histograms_bucketed_on_the_gpu_equal_tensorboards_bit_for_bit():
     for piece, buckets in zip(pieces, got):
         reference = summary_v2.histogram_pb("t", piece[np.isfinite(piece)]).value[0].tensor
         np.testing.assert_array_equal(buckets, tensor_util.make_ndarray(reference))
+
+
+def test_a_nan_weight_is_named_at_its_step_at_the_default_pace_on_the_gpu(tmp_path):
+    """The sentinel's device path: flags kept on the GPU every iteration, read with the next block."""
+    torch.manual_seed(0)
+    model = ConvNet().to(CUDA)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    generator = torch.Generator().manual_seed(1)
+    with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=10, optimizer=optimizer) as xray:
+        for step in range(60):
+            if step == 37:
+                with torch.no_grad():
+                    model.fc1.weight[3, 7] = float("nan")
+            x, y = torch.randn(16, 1, 6, 6, generator=generator).to(CUDA), torch.randint(0, 3, (16,), generator=generator).to(CUDA)
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            xray.take_graphs()
+        assert xray.first_nonfinite == NonFinite(step=37, layer="fc1", kind="weight")
+
+
+def test_signed_sums_and_norms_on_the_gpu_equal_per_tensor_math():
+    from xray_tb.health import reductions
+
+    generator = torch.Generator(device=CUDA).manual_seed(0)
+    tensors = [torch.randn(n, device=CUDA, generator=generator) for n in (7, 300, 4096, 1)] + [torch.randn(50, device=CUDA, generator=generator).half()]
+    for got, t in zip(reductions.SignedSums()(tensors), tensors):
+        assert float(got) == pytest.approx(float(t.double().sum()), rel=1e-4, abs=1e-4)
+    for ord in (1, 2, math.inf):
+        for got, t in zip(reductions.norms(tensors, ord), tensors):
+            assert float(got) == pytest.approx(float(torch.linalg.vector_norm(t.double(), ord)), rel=1e-3)
