@@ -42,7 +42,7 @@ def test_per_iteration_statistics_on_the_gpu_equal_autograds_gradients(tmp_path)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     generator = torch.Generator().manual_seed(1)
     truth, weights = {}, {}
-    with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=3, health=HealthOptions(every=1)) as xray:
+    with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=3, health=HealthOptions(every=1, histograms_every=1)) as xray:
         for step in range(7):
             x, y = torch.randn(16, 1, 6, 6, generator=generator).to(CUDA), torch.randint(0, 3, (16,), generator=generator).to(CUDA)
             optimizer.zero_grad()

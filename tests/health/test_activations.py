@@ -75,7 +75,7 @@ def test_channel_variance_vectors_and_weight_histograms(tmp_path):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     generator = torch.Generator().manual_seed(0)
     variances, weights = {}, {}
-    with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=3, health=HealthOptions(every=1)) as xray:
+    with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=3, health=HealthOptions(every=1, histograms_every=1)) as xray:
         for step in range(7):
             x, y = torch.randn(16, 1, 6, 6, generator=generator), torch.randint(0, 3, (16,), generator=generator)
             optimizer.zero_grad()
@@ -104,3 +104,18 @@ def test_channel_variance_vectors_and_weight_histograms(tmp_path):
             assert value.metadata.plugin_data.plugin_name == "histograms"
             reference = summary_v2.histogram_pb("t", weights[step][layer]).value[0]
             np.testing.assert_allclose(tensor_util.make_ndarray(value.tensor), tensor_util.make_ndarray(reference.tensor), rtol=1e-6)
+
+
+def test_weight_histograms_are_written_at_captures_histograms_every_steps_apart(tmp_path):
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Xray(model, input_size=(4,), logdir=str(tmp_path), every=10) as xray:  # the default: 100 steps apart
+        for step in range(250):
+            optimizer.zero_grad()
+            model(torch.randn(8, 4)).sum().backward()
+            xray.take_graphs()
+            optimizer.step()
+    written = values_by_tag(tmp_path, health_metadata.HISTOGRAM_PREFIX)
+    assert written and all([step for step, _ in values] == [0, 100, 200] for values in written.values())
+    with pytest.raises(ValueError, match="histograms_every"):
+        HealthOptions(histograms_every=0)

@@ -55,6 +55,7 @@ class HealthMonitor:
         weighted = [layer.name for layer in scope.weighted]
         self._pacer = Pacer(options.every, budget_for(options, device.type))
         self._flushed_at: Optional[int] = None  # the iteration count at the last write
+        self._histogram_step: Optional[int] = None  # the step of the last weight histograms
         self.update_ratio = UpdateRatio(weighted, options.update_every)
         self.iteration_families: list[IterationStatistic] = [
             GradientStatistics(weighted, [layer.param.numel() for layer in scope.weighted]), WeightNorm(weighted), self.update_ratio]
@@ -104,14 +105,17 @@ class HealthMonitor:
             self.flush()
 
     def capture(self, step: int, planned: list[str]) -> None:
-        """At a capture: a histogram of each planned layer's weight, then write what is buffered (unless
-        it was written less than ``flush_seconds`` ago: frequent captures write in fewer, larger blocks)."""
-        if self.options.histograms:
+        """At a capture: a histogram of each planned layer's weight (at captures ``histograms_every``
+        steps apart), then write what is buffered (unless it was written less than ``flush_seconds``
+        ago: frequent captures write in fewer, larger blocks)."""
+        last = self._histogram_step
+        if self.options.histograms and (last is None or step < last or step - last >= self.options.histograms_every):
             weights = {layer.name: layer.param for layer in self.scope.weighted if layer.name in planned}
             if weights:
                 event = event_pb2.Event(step=int(step), wall_time=time.time())
                 add_weight_histograms(event.summary, weights)
                 self._sink.add_event(event)
+                self._histogram_step = int(step)
         if self._training_seconds_since_flush() >= self.options.flush_seconds:
             self.flush()
 

@@ -37,7 +37,10 @@ class HealthOptions:
         flush_seconds: at a capture, write the buffered statistics when they were last written at least
             this many seconds of training ago (iterations times their typical interval: pauses do not count) (they are also written every ``flush_every`` iterations, when a
             result is asked for, and at ``close()``).
-        histograms: write a TensorBoard histogram of each planned layer's weight at each capture.
+        histograms: write a TensorBoard histogram of each planned layer's weight at captures.
+        histograms_every: at captures at least this many steps apart (100; 1: at every capture), so
+            frequent captures (every 10 steps) do not pay for a histogram each: TensorBoard keeps
+            500 per tag anyway.
         rules: per-rule settings, ``{"vanishing_gradient": {"ratio": 1e-4}, "saturation": False}``;
             ``False`` switches a rule off. See :mod:`xray_tb.health.rules` for each rule's settings.
     """
@@ -53,6 +56,7 @@ class HealthOptions:
     flush_every: int = 500
     flush_seconds: float = 10.0
     histograms: bool = True
+    histograms_every: int = 100
     rules: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
@@ -60,7 +64,7 @@ class HealthOptions:
             raise ValueError(f"HealthOptions(every=...) takes 'auto' or a whole number >= 1, got {self.every!r}")
         if self.budget is not None and (isinstance(self.budget, bool) or not isinstance(self.budget, (int, float)) or not 0 < self.budget <= 1):
             raise ValueError(f"HealthOptions(budget=...) takes a share of the step time in (0, 1], got {self.budget!r}")
-        for name in ("update_every", "dead_window", "flush_every"):
+        for name in ("update_every", "dead_window", "flush_every", "histograms_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"HealthOptions({name}=...) takes a whole number >= 1, got {value!r}")
