@@ -39,7 +39,9 @@ test: install browser
 test-fast: install
 	$(PY) -m pytest -m "not slow"
 
+# The peers the benches compare with (wandb offline) come with the bench extra.
 bench: install
+	$(PIP) install -q -c constraints.txt -e '.[bench]'
 	$(PY) bench/bench_trace.py
 	$(PY) bench/bench_overhead.py
 	$(PY) bench/bench_tab.py

@@ -1,12 +1,26 @@
-"""Training health's cost on a GPU, side by side in one run, as ratios (needs CUDA).
+"""Training health's cost on a GPU, side by side in one run, as ratios (issue 16's bars).
 
-    python bench/bench_gpu_health.py [--rounds 10] [--steps 200] [--depth 16] [--batch 64]
+    python bench/bench_gpu_health.py --model conv16 [--depth 16] [--batch 64]          # bar <= 1.05
+    python bench/bench_gpu_health.py --model resnet50 [--batch 64] [--image 224]       # bar <= 1.03
+    python bench/bench_gpu_health.py --model gpt2 [--batch 8] [--seq 1024]             # bar <= 1.03
+    common options: [--rounds 10] [--steps 200] [--amp] [--device cuda]
 
-A plain convolutional network of ``depth`` conv-BN-ReLU blocks (CIFAR-sized inputs) trains on one
-GPU. Each variant is one Xray on its own model instance, set up once and warmed up; round after
+Smoke runs on a CPU (no synchronisation; only checks that everything runs):
+
+    python bench/bench_gpu_health.py --device cpu --model resnet50 --batch 2 --image 64 --steps 2 --rounds 1
+    python bench/bench_gpu_health.py --device cpu --model gpt2 --batch 1 --seq 32 --layers 2 --steps 2 --rounds 1
+
+The models (bench/gpu_models.py, torch.nn only): conv16, ``depth`` conv-BN-ReLU blocks on CIFAR-sized
+inputs, SGD; resnet50, a standard ResNet-50 on 224x224 inputs, 1000 classes, SGD; gpt2, a GPT-2-small
+decoder (12 layers, d_model 768, tied head, vocabulary 50257) trained on next-token cross-entropy
+over random token ids, AdamW. ``--amp`` runs forward and loss under bf16 autocast.
+
+Each variant is one Xray on its own model instance, set up once and warmed up; round after
 round, in a new order each round, each runs a window of steps with Xray switched off (hooks
 disarmed, nothing called) and one switched on. Wall time with the GPU synchronised at the window's
-ends. Printed: ms per step, the median over rounds of on / off, and where the automatic pace settled.
+ends. Printed: ms per step, the median over rounds of on / off, and where the automatic pace settled
+(the health monitor's ``_pacer.every``: 1 = every iteration measured), then health-every1's ratio
+against the model's bar and whether the automatic pace measures every iteration.
 
   idle          Xray(every=...) with no step due and health off
   every         captures of the drafted plan every 100 steps, health off
@@ -26,12 +40,13 @@ import time
 from pathlib import Path
 
 import torch
-from torch import nn
-from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from xray_tb import HealthOptions, Xray  # noqa: E402
 from xray_tb.schedules import at  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_models import MODELS, Workload, workload  # noqa: E402
 
 VARIANTS = {
     "idle": (at([]), False),
@@ -42,20 +57,23 @@ VARIANTS = {
 }
 
 
-def network(depth: int) -> nn.Module:
-    layers: list[nn.Module] = [nn.Conv2d(3, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU()]
-    for _ in range(depth - 1):
-        layers += [nn.Conv2d(64, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU()]
-    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+#: Distinct random batches a window cycles through (a window of steps reuses them).
+POOL = 8
 
 
 class Loop:
-    def __init__(self, variant: str, depth: int, logdir: str, device: torch.device):
+    def __init__(self, variant: str, work: Workload, logdir: str, device: torch.device, amp: bool):
         torch.manual_seed(0)
-        self.model = network(depth).to(device)
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self.model = work.make_model().to(device)
+        self.loss = work.loss
+        self.optimizer = work.make_optimizer(self.model.parameters())
+        self.device, self.amp = device, amp
         schedule, health = VARIANTS[variant]
-        self.xray = Xray(self.model, input_size=(3, 32, 32), logdir=logdir, every=schedule, health=health)
+        self.xray = Xray(self.model, **work.xray_input(device), logdir=logdir, every=schedule, health=health)
+
+    def synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def window(self, data, instrumented: bool) -> float:
         xray = self.xray
@@ -63,15 +81,17 @@ class Loop:
             xray._resources.recorder.disarm()  # a bench-only switch, restored below
             if xray._health is not None:
                 xray._health._recorder.disarm()
-        torch.cuda.synchronize()
+        self.synchronize()
         start = time.perf_counter()
         for x, y in data:
             self.optimizer.zero_grad()
-            F.cross_entropy(self.model(x), y).backward()
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
+                loss = self.loss(self.model(x), y)
+            loss.backward()
             if instrumented:
                 xray.take_graphs()
             self.optimizer.step()
-        torch.cuda.synchronize()
+        self.synchronize()
         elapsed = (time.perf_counter() - start) / len(data)
         if not instrumented:
             xray._arm_for(xray._next_step)
@@ -80,21 +100,39 @@ class Loop:
         return elapsed
 
 
+def pace(loop: Loop) -> str:
+    """Where the health monitor's pace settled: ``1 in n`` iterations measured (``-`` without health)."""
+    health = loop.xray._health
+    if health is None:
+        return "-"
+    return f"1 in {health._pacer.every}" + (" (auto)" if health._pacer.auto else " (fixed)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=MODELS, default="conv16")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--steps", type=int, default=200, help="steps per window")
-    parser.add_argument("--depth", type=int, default=16, help="conv-BN-ReLU blocks")
-    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=None, help="default: 64 (conv16, resnet50), 8 (gpt2)")
+    parser.add_argument("--depth", type=int, default=16, help="conv16: conv-BN-ReLU blocks")
+    parser.add_argument("--image", type=int, default=None, help="conv16, resnet50: image side (default 32, 224)")
+    parser.add_argument("--seq", type=int, default=1024, help="gpt2: sequence length")
+    parser.add_argument("--layers", type=int, default=12, help="gpt2: transformer blocks (fewer for smoke runs)")
+    parser.add_argument("--untied", action="store_true",
+                        help="gpt2: an output head of its own (default: tied to the token embedding)")
+    parser.add_argument("--amp", action="store_true", help="forward and loss under bf16 autocast")
+    parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu for a smoke run")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("bench_gpu_health.py needs a CUDA GPU")
-    device = torch.device("cuda")
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("bench_gpu_health.py needs a CUDA GPU (or --device cpu for a smoke run)")
+    work = workload(args.model, batch=args.batch, image=args.image, depth=args.depth, seq=args.seq,
+                    layers=args.layers, tied=not args.untied)
     generator = torch.Generator(device=device).manual_seed(0)
-    data = [(torch.randn(args.batch, 3, 32, 32, device=device, generator=generator),
-             torch.randint(0, 10, (args.batch,), device=device, generator=generator)) for _ in range(args.steps)]
+    pool = [work.make_batch(generator) for _ in range(min(POOL, args.steps))]
+    data = [pool[i % len(pool)] for i in range(args.steps)]
     with tempfile.TemporaryDirectory() as tmp:
-        loops = {variant: Loop(variant, args.depth, f"{tmp}/{variant}", device) for variant in VARIANTS}
+        loops = {variant: Loop(variant, work, f"{tmp}/{variant}", device, args.amp) for variant in VARIANTS}
         for loop in loops.values():  # warm-up: cuDNN autotuning, the pace's warm-up, first captures
             loop.window(data, True)
             loop.window(data, False)
@@ -107,12 +145,29 @@ def main() -> None:
                 value = loops[variant].window(data, True)
                 on[variant].append(value)
                 ratios[variant].append(value / off)
-        print(f"{torch.cuda.get_device_name()}: {args.depth} conv blocks, batch {args.batch}, {args.rounds} rounds of {args.steps} steps")
+        if device.type == "cuda":
+            name = torch.cuda.get_device_name(device)
+        else:
+            name = f"{device.type.upper()} ({torch.get_num_threads()} threads)"
+        precision = "bf16 autocast" if args.amp else "fp32"
+        print(f"{name}: {work.description}, batch {work.batch}, {precision}, "
+              f"{args.rounds} rounds of {args.steps} steps")
         print(f"{'variant':<14} {'ms/step':>8} {'vs own':>7}  pace")
         for variant, loop in loops.items():
-            health = loop.xray._health
-            pace = f"1 in {health._pacer.every}" if health is not None else "-"
-            print(f"{variant:<14} {statistics.median(on[variant]) * 1e3:8.3f} {statistics.median(ratios[variant]):7.3f}  {pace}")
+            milliseconds, ratio = statistics.median(on[variant]) * 1e3, statistics.median(ratios[variant])
+            print(f"{variant:<14} {milliseconds:8.3f} {ratio:7.3f}  {pace(loop)}")
+        print("pace settled at: " + ", ".join(f"{variant} {pace(loop)}" for variant, loop in loops.items()
+                                              if loop.xray._health is not None))
+        every1 = statistics.median(ratios["health-every1"])
+        verdict = "meets" if every1 <= work.bar else "misses"
+        print(f"health-every1 vs own: {every1:.3f} (bar <= 1.05 for conv16, <= 1.03 for resnet50/gpt2; "
+              f"{args.model}: {verdict} <= {work.bar:.2f})")
+        automatic = [loop.xray._health._pacer for loop in loops.values()
+                     if loop.xray._health is not None and loop.xray._health._pacer.auto]
+        measures_all = all(pacer.every == 1 for pacer in automatic)
+        print(f"auto pace measures every iteration: {'yes' if measures_all else 'no'} "
+              f"({', '.join(f'1 in {pacer.every}' for pacer in automatic)})")
+        for loop in loops.values():
             loop.xray.close()
 
 

@@ -1,37 +1,58 @@
-"""Training-loop overhead of Xray, side by side in one run, as ratios to the plain loop.
+"""Training-loop overhead of Xray and its peers, side by side in one run, as ratios to the plain loop.
 
-    python bench/bench_overhead.py [--steps 300] [--rounds 30] [--models cnn,mlp] [--variants every,idle]
+    python bench/bench_overhead.py                               # lenet,mlp-wide; the default variants
+    python bench/bench_overhead.py --rounds 3 --steps 100        # a quick look
+    python bench/bench_overhead.py --models lenet,mlp-wide,cnn,mlp --variants all --every 10 --threads 2
 
-Variants, each on the digits CNN and an MLP (CPU, batch 32):
-  plain          the loop without Xray
-  (a) idle       Xray(every=...) attached, take_graphs() called each step, no step due: not capturing
-  (a') armed     Xray without a schedule (hooks armed on every forward), never capturing
-  (b) every      Xray(every=100) with the drafted plan, take_graphs() each step: captures every 100
-  (b*) every-writer  the same, writing through a user's SummaryWriter (writer=) instead of logdir=
-  (b+) every-all Xray(every=100) recording weight, weight_grad, output, activation (where one
-                 follows) and grad of every conv and linear layer: the tensors (c) summarises, and more
-  (b') manual    no schedule, drafted plan, `if step % 100 == 0: xray.take_graphs(step)`
-  (h) health     Xray with training health on (the default) and no capture due: per-iteration gradient
-                 and weight statistics only
-  (h+) every-health  (b) with training health on: the drafted plan every 100 steps, activation
-                 statistics and histograms at those captures
-  (h-) health-thin  (h) thinned: HealthOptions(every=4), per-iteration statistics on one iteration in 4
-  (c) histograms SummaryWriter.add_histogram of every parameter and its grad every 100 steps
-  (d) wandb      wandb.watch(log="all", log_freq=100) offline, when wandb is installed
+Models (--models, default lenet,mlp-wide):
+  lenet      LeNet-5 on 1x28x28 inputs, batch 64: conv 1->6 k5 pad 2, ReLU, avgpool 2, conv 6->16 k5,
+             ReLU, avgpool 2, fc 400->120->84->10 with ReLU
+  mlp-wide   MLP 784-1024-1024-10 with tanh, batch 128
+  cnn        the digits CNN of examples/digits.py on scikit-learn's 8x8 digits, batch 32
+  mlp        MLP 64-256-256-10 with ReLU on the 8x8 digits, batch 32
+The 28x28 data is generated (torch.randn images, random labels, fixed seed): no dataset download.
+
+Variants (--variants, default: defaults,health-off,wandb,hooks,histograms; `all` adds the rest).
+EVERY is --every (default 10), the capture frequency of every variant:
+  plain          the loop without any tool
+  defaults       Xray(model, example_input, logdir=..., every=EVERY) with all defaults (training
+                 health on), take_graphs() each step after backward
+  health-off     the same with health=False
+  wandb          wandb.init(mode="offline", dir=...); wandb.watch(model, log="all", log_freq=EVERY);
+                 wandb.log({"step": step}) every EVERY steps commits the row (skipped if wandb is missing)
+  hooks          a user's forward hooks on every leaf module, every step: mean, std, abs max and
+                 fraction of zeros of the output as Python floats (.item()), written with
+                 SummaryWriter.add_scalar every EVERY steps
+  histograms     SummaryWriter.add_histogram of every parameter and its grad every EVERY steps
+  and, with --variants all (or by name):
+  idle           Xray(every=...) attached, take_graphs() called each step, no step due: not capturing
+  armed          Xray without a schedule (hooks armed on every forward), never capturing
+  every          Xray(every=EVERY) with the drafted plan, health off, take_graphs() each step
+  every-writer   the same, writing through a user's SummaryWriter (writer=) instead of logdir=
+  every-all      Xray(every=EVERY) recording weight, weight_grad, output, activation (where one
+                 follows) and grad of every conv and linear layer
+  manual         no schedule, drafted plan, `if step % EVERY == 0: xray.take_graphs(step)`
+  health         Xray with training health on and no capture due: per-iteration statistics only
+  every-health   (every) with training health on
+  health-thin    (health) thinned: HealthOptions(every=4)
 
 Each variant's loop is set up once and warmed up, as in a long training. Then, round after round
-and in a new shuffled order each round, every variant runs three windows of steps on one intra-op
-thread: the plain loop's, its own loop with the variant switched off (same model instance and
-optimizer, nothing of the variant called, Xray's hooks disarmed), and its own loop switched on.
-"vs own" is the median over rounds of on / off: the variant's cost with model-instance effects
-(memory placement, caches) cancelled. "vs plain" is on / the plain window before it. Times are
-process CPU time: every thread of ours (the event writer's included), nothing of other tenants.
+and in a new shuffled order each round, every variant runs three windows of steps on --threads
+intra-op threads (default 2): the plain loop's, its own loop with the variant switched off (same
+model instance and optimizer, nothing of the variant called, Xray's and the user's hooks removed or
+disarmed), and its own loop switched on. "vs own" is the median over rounds of on / off: the
+variant's cost with model-instance effects (memory placement, caches) cancelled. "vs plain" is on /
+the plain window before it. Times are process CPU time: every thread of ours (the event writer's and
+wandb's in-process threads included; wandb's separate service process is not counted), nothing of
+other tenants. Each model ends with a line naming the cheapest tool and whether Xray's defaults
+stay within 1.10x the plain loop.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
 import random
 import statistics
 import sys
@@ -50,29 +71,71 @@ from xray_tb import Xray  # noqa: E402
 from xray_tb.schedules import at  # noqa: E402
 from xray_tb.health import HealthOptions  # noqa: E402
 
-EVERY = 100
+os.environ.setdefault("WANDB_SILENT", "true")  # wandb's banners off; nothing leaves the machine (offline)
+os.environ.setdefault("WANDB_DISABLE_GIT", "true")
+
+EVERY = 10  # set from --every in main()
+DEFAULT_VARIANTS = ["defaults", "health-off", "wandb", "hooks", "histograms"]
 # variant: (schedule, record every kind of every conv and linear layer rather than the draft, write
-# through a user's SummaryWriter rather than logdir=, training health on)
+# through a user's SummaryWriter rather than logdir=, training health); "every" stands for EVERY
 XRAY_VARIANTS = {
+    "defaults": ("every", False, False, True),
+    "health-off": ("every", False, False, False),
     "idle": (at([]), True, False, False),
     "armed": (None, False, False, False),
-    "every": (EVERY, False, False, False),
-    "every-writer": (EVERY, False, True, False),
-    "every-all": (EVERY, True, False, False),
+    "every": ("every", False, False, False),
+    "every-writer": ("every", False, True, False),
+    "every-all": ("every", True, False, False),
     "manual": (None, False, False, False),
     "health": (at([]), False, False, True),
-    "every-health": (EVERY, False, False, True),
+    "every-health": ("every", False, False, True),
     "health-thin": (at([]), False, False, HealthOptions(every=4)),
 }
+# the variants whose take_graphs() is called on every step (manual calls it on due steps only)
+TAKE_EACH_STEP = {variant for variant in XRAY_VARIANTS if variant != "manual"}
+OTHER_VARIANTS = ["wandb", "hooks", "histograms"]
 
 
 def mlp() -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
 
 
-def batches(steps: int):
-    data = [b for b in digits_loader(32, seed=0)]
-    return [data[i % len(data)] for i in range(steps)]
+def lenet5() -> nn.Module:
+    """LeNet-5 for 1x28x28 inputs (the first conv pads by 2, as for MNIST)."""
+    return nn.Sequential(
+        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.AvgPool2d(2),
+        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.AvgPool2d(2),
+        nn.Flatten(),
+        nn.Linear(16 * 5 * 5, 120), nn.ReLU(),
+        nn.Linear(120, 84), nn.ReLU(),
+        nn.Linear(84, 10),
+    )
+
+
+def mlp_wide() -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 1024), nn.Tanh(), nn.Linear(1024, 1024), nn.Tanh(), nn.Linear(1024, 10))
+
+
+def digits_batches(count: int, batch_size: int = 32) -> list:
+    data = [b for b in digits_loader(batch_size, seed=0)]
+    return [data[i % len(data)] for i in range(count)]
+
+
+def generated_batches(count: int, batch_size: int, pool: int = 32) -> list:
+    """Random 1x28x28 images and labels (fixed seed), ``pool`` distinct batches cycled."""
+    generator = torch.Generator().manual_seed(0)
+    data = [(torch.randn(batch_size, 1, 28, 28, generator=generator), torch.randint(0, 10, (batch_size,), generator=generator))
+            for _ in range(min(pool, count))]
+    return [data[i % len(data)] for i in range(count)]
+
+
+# name: (title, model factory, one sample's shape, batches(count))
+MODELS = {
+    "lenet": ("LeNet-5 28x28, batch 64", lenet5, (1, 28, 28), lambda count: generated_batches(count, 64)),
+    "mlp-wide": ("MLP 784-1024-1024-10 tanh, batch 128", mlp_wide, (1, 28, 28), lambda count: generated_batches(count, 128)),
+    "cnn": ("digits CNN, batch 32", LeNetDigits, (1, 8, 8), digits_batches),
+    "mlp": ("MLP 64-256-256-10, batch 32", mlp, (1, 8, 8), digits_batches),
+}
 
 
 def full_plan(xray: Xray) -> dict:
@@ -85,51 +148,98 @@ def full_plan(xray: Xray) -> dict:
     return plan
 
 
+class UserHooks:
+    """What a user writes by hand: a forward hook on every leaf module that reduces the output to a
+    few Python floats on every step, written as scalars every EVERY steps."""
+
+    def __init__(self, model: nn.Module, writer: SummaryWriter):
+        self.leaves = [(name, module) for name, module in model.named_modules() if not list(module.children())]
+        self.writer = writer
+        self.latest: dict[str, tuple[float, float, float, float]] = {}
+        self.handles: list = []
+
+    def _hook(self, name: str):
+        def hook(module, inputs, output) -> None:
+            with torch.no_grad():
+                out = output.detach()
+                self.latest[name] = (out.mean().item(), out.std().item(), out.abs().max().item(), (out == 0).float().mean().item())
+
+        return hook
+
+    def attach(self) -> None:
+        if not self.handles:
+            self.handles = [module.register_forward_hook(self._hook(name)) for name, module in self.leaves]
+
+    def detach(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+    def write(self, step: int) -> None:
+        for name, (mean, std, absmax, zeros) in self.latest.items():
+            self.writer.add_scalar(f"{name}/mean", mean, step)
+            self.writer.add_scalar(f"{name}/std", std, step)
+            self.writer.add_scalar(f"{name}/absmax", absmax, step)
+            self.writer.add_scalar(f"{name}/zeros", zeros, step)
+
+
 class Loop:
     """One variant's training loop: set up once, then timed over windows of steps, as in a long
     training (one-time costs such as the trace or the first capture are not per-step costs)."""
 
-    def __init__(self, variant: str, make_model, logdir: str):
+    def __init__(self, variant: str, make_model, sample_shape: tuple, example_input: torch.Tensor, logdir: str):
         torch.manual_seed(0)
         self.variant = variant
         self.model = make_model()
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
         self.step = 0
-        self.xray = self.writer = None
+        self.xray = self.writer = self.hooks = None
         if variant in XRAY_VARIANTS:
             schedule, everything, shared, health = XRAY_VARIANTS[variant]
+            schedule = EVERY if schedule == "every" else schedule
             if shared:
                 self.writer = SummaryWriter(logdir)
             where = {"writer": self.writer} if shared else {"logdir": logdir}
-            self.xray = Xray(self.model, input_size=(1, 8, 8), every=schedule, health=health, **where)
+            if variant in ("defaults", "health-off"):  # as a user writes it: an example batch, defaults
+                options = {} if health is True else {"health": health}
+                self.xray = Xray(self.model, example_input, every=schedule, **options, **where)
+            else:
+                self.xray = Xray(self.model, input_size=sample_shape, every=schedule, health=health, **where)
             if everything:
                 self.xray.set_plan(full_plan(self.xray))
-        if variant == "histograms":
+        if variant in ("histograms", "hooks"):
             self.writer = SummaryWriter(logdir)
+        if variant == "hooks":
+            self.hooks = UserHooks(self.model, self.writer)
+            self.hooks.attach()
         if variant == "wandb":
             import wandb
 
-            wandb.init(mode="offline", dir=logdir)
+            wandb.init(mode="offline", dir=logdir, project="xray-tb-bench", name=f"bench-{Path(logdir).parent.name}")
             wandb.watch(self.model, log="all", log_freq=EVERY)
 
     def window(self, data, instrumented: bool = True) -> float:
         """CPU seconds per step over ``data``; ``instrumented=False`` trains the same model with the
-        same optimizer but calls nothing of the variant's (Xray's hooks disarmed meanwhile), so the
-        two can be compared on one model instance (wandb's hooks cannot be lifted: it is always on)."""
+        same optimizer but calls nothing of the variant's (Xray's hooks disarmed, the user's hooks
+        removed meanwhile), so the two can be compared on one model instance (wandb's hooks are not
+        lifted: it is always on)."""
         recorder = self.xray._resources.recorder if self.xray is not None and not instrumented else None
+        health = getattr(self.xray, "_health", None) if recorder is not None else None
         if recorder is not None:
             recorder.disarm()  # private on purpose: a bench-only switch, restored below
-            if self.xray._health is not None:
-                self.xray._health._recorder.disarm()  # training health's own hooks too
+            if health is not None:
+                health._recorder.disarm()  # training health's own hooks too
+        if self.hooks is not None and not instrumented:
+            self.hooks.detach()
         gc.collect()  # collected before the clock starts, for every variant alike
         start = time.process_time()
         for x, y in data:
             self._step(x, y, instrumented)
         elapsed = (time.process_time() - start) / len(data)
         if recorder is not None:
-            self.xray._arm_for(self.xray._next_step)
-            if self.xray._health is not None:
-                self.xray._health.arm_for(self.xray._next_step)
+            self.xray._arm_for(self.xray._next_step)  # Xray's hooks and training health's
+        if self.hooks is not None:
+            self.hooks.attach()
         return elapsed
 
     def _step(self, x, y, instrumented: bool) -> None:
@@ -139,7 +249,7 @@ class Loop:
         due = self.step % EVERY == 0
         if not instrumented:
             pass
-        elif self.variant in ("idle", "every", "every-writer", "every-all", "health", "every-health", "health-thin"):
+        elif self.variant in TAKE_EACH_STEP:
             self.xray.take_graphs()
         elif self.variant == "manual" and due:
             self.xray.take_graphs(self.step)
@@ -147,10 +257,18 @@ class Loop:
             for name, param in self.model.named_parameters():
                 self.writer.add_histogram(name, param, self.step)
                 self.writer.add_histogram(name + "/grad", param.grad, self.step)
+        elif self.variant == "hooks" and due:
+            self.hooks.write(self.step)
+        elif self.variant == "wandb" and due:
+            import wandb
+
+            wandb.log({"step": self.step})  # commits the row wandb.watch's hooks filled
         self.optimizer.step()
         self.step += 1
 
     def close(self) -> None:
+        if self.hooks is not None:
+            self.hooks.detach()
         if self.xray is not None:
             self.xray.close()
         if self.writer is not None:
@@ -161,51 +279,89 @@ class Loop:
             wandb.finish()
 
 
+def wandb_version() -> str | None:
+    try:
+        import wandb
+    except ImportError:
+        return None
+    return getattr(wandb, "__version__", "?")
+
+
 def main() -> None:
+    global EVERY
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=300, help="steps per window")
     parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--models", default="cnn,mlp", help="comma-separated: cnn, mlp")
-    parser.add_argument("--variants", default="all", help="comma-separated variants (default: all)")
+    parser.add_argument("--models", default="lenet,mlp-wide", help=f"comma-separated: {', '.join(MODELS)}")
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                        help="comma-separated variants, or 'all' (plain is always run)")
+    parser.add_argument("--every", type=int, default=10, help="capture frequency of every variant (default 10)")
+    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
     args = parser.parse_args()
-    variants = ["plain", *XRAY_VARIANTS, "histograms"]
-    try:
-        import wandb  # noqa: F401
-
-        variants.append("wandb")
-    except ImportError:
-        print("(d) wandb: not installed, skipped")
-    if args.variants != "all":
-        variants = ["plain", *(v for v in variants if v in args.variants.split(","))]
-    models = {"cnn": ("digits CNN", LeNetDigits), "mlp": ("MLP 64-256-256-10", mlp)}
-    torch.set_num_threads(1)
+    EVERY = args.every
+    known = [*XRAY_VARIANTS, *OTHER_VARIANTS]
+    wanted = known if args.variants == "all" else [v for v in args.variants.split(",") if v and v != "plain"]
+    unknown = [v for v in wanted if v not in known]
+    if unknown:
+        parser.error(f"unknown variants {unknown}; known: {', '.join(known)}")
+    unknown = [m for m in args.models.split(",") if m not in MODELS]
+    if unknown:
+        parser.error(f"unknown models {unknown}; known: {', '.join(MODELS)}")
+    if "wandb" in wanted:
+        version = wandb_version()
+        if version is None:
+            print("wandb: not installed, variant skipped (pip install wandb, or the 'bench' extra)")
+            wanted.remove("wandb")
+        else:
+            print(f"wandb {version}, offline")
+    variants = ["plain", *wanted]
+    others = wanted
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, every={EVERY}, "
+          f"{args.rounds} rounds of {args.steps}-step windows")
     order = random.Random(0)
-    data = batches(args.steps)
-    others = [variant for variant in variants if variant != "plain"]
-    for model_name, make_model in (models[key] for key in args.models.split(",")):
+    warmup = max(2 * EVERY, 50)
+    summary = []
+    for model_key in args.models.split(","):
+        title, make_model, sample_shape, make_batches = MODELS[model_key]
+        data = make_batches(max(args.steps, warmup))
+        window_data, warm_data = data[: args.steps], data[:warmup]
         on = {variant: [] for variant in others}
         own_off = {variant: [] for variant in others}
         plain_next_to = {variant: [] for variant in others}
         with tempfile.TemporaryDirectory() as tmp:
-            loops = {variant: Loop(variant, make_model, f"{tmp}/{variant}") for variant in variants}
+            loops = {variant: Loop(variant, make_model, sample_shape, data[0][0], f"{tmp}/{variant}") for variant in variants}
             for loop in loops.values():
-                loop.window(data[: 2 * EVERY])  # warm-up, first captures included
+                loop.window(warm_data)  # warm-up, first captures included
             for _ in range(args.rounds):
                 for variant in order.sample(others, len(others)):
-                    plain_next_to[variant].append(loops["plain"].window(data))
-                    own_off[variant].append(loops[variant].window(data, instrumented=False))
-                    on[variant].append(loops[variant].window(data))
+                    plain_next_to[variant].append(loops["plain"].window(window_data))
+                    own_off[variant].append(loops[variant].window(window_data, instrumented=False))
+                    on[variant].append(loops[variant].window(window_data))
             for loop in loops.values():
                 loop.close()
-        plain = statistics.median(t for ts in plain_next_to.values() for t in ts)
-        print(f"\n{model_name}: {args.rounds} rounds of {args.steps}-step windows, CPU time per step")
-        print(f"{'variant':<12} {'ms/step':>8} {'vs own':>7} {'vs plain':>8}")
-        print(f"{'plain':<12} {plain * 1e3:8.3f} {1:7.3f} {1:8.3f}")
+        plain = statistics.median(t for ts in plain_next_to.values() for t in ts) if others else float("nan")
+        print(f"\n{model_key}: {title}; CPU time per step, median over {args.rounds} rounds")
+        print(f"{'variant':<13} {'ms/step':>8} {'vs own':>7} {'vs plain':>8}")
+        print(f"{'plain':<13} {plain * 1e3:8.3f} {1:7.3f} {1:8.3f}")
+        versus = {}
         for variant in others:
             own = statistics.median(v / o for v, o in zip(on[variant], own_off[variant]))
-            versus_plain = statistics.median(v / p for v, p in zip(on[variant], plain_next_to[variant]))
+            versus[variant] = statistics.median(v / p for v, p in zip(on[variant], plain_next_to[variant]))
             own_text = "   --  " if variant == "wandb" else f"{own:7.3f}"
-            print(f"{variant:<12} {statistics.median(on[variant]) * 1e3:8.3f} {own_text} {versus_plain:8.3f}")
+            print(f"{variant:<13} {statistics.median(on[variant]) * 1e3:8.3f} {own_text} {versus[variant]:8.3f}")
+        if versus:
+            cheapest = min(versus, key=versus.get)
+            print(f"cheapest tool on {model_key}: {cheapest} ({versus[cheapest]:.3f}x plain)")
+        if "defaults" in versus:
+            verdict = "yes" if versus["defaults"] <= 1.10 else "NO"
+            print(f"Xray defaults (health on, every={EVERY}) <= 1.10x plain on {model_key}: {verdict} ({versus['defaults']:.3f}x)")
+        summary.append((model_key, versus))
+    if len(summary) > 1 and others:
+        print(f"\nsummary, ratio vs plain (every={EVERY}, {torch.get_num_threads()} threads)")
+        print(f"{'variant':<13}" + "".join(f" {key:>9}" for key, _ in summary))
+        for variant in others:
+            print(f"{variant:<13}" + "".join(f" {versus[variant]:9.3f}" for _, versus in summary))
 
 
 if __name__ == "__main__":

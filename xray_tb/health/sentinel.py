@@ -39,25 +39,29 @@ class NonFiniteSentinel:
         self._found: Optional[tuple[int, list[bool]]] = None  # (step, flags), weights then grads
         self._device_state: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None  # seen, step, flags
         self._slots: Optional[tuple[list[int], int]] = None  # positions of the checked tensors, count of all
+        self._on_cpu: Optional[bool] = None  # decided at the first check (the weights' device)
 
     def check(self, step: int, weights: list[torch.Tensor], grads: list[Optional[torch.Tensor]]) -> None:
         """Check one iteration's weights and gradients (None for a missing gradient)."""
-        tensors = [*weights, *grads]
-        positions = [i for i, t in enumerate(tensors) if t is not None and t.layout == torch.strided and t.numel()]
-        checked = [tensors[i] for i in positions]
-        if not checked:
-            return
         with torch.no_grad():
-            if all(t.device.type == "cpu" for t in checked):
-                self._check_now(step, tensors, positions, checked)
+            if self._on_cpu is None:
+                self._on_cpu = all(w.device.type == "cpu" for w in weights)
+            if self._on_cpu:  # the common CPU case first, with as little Python as possible
+                present = [g for g in grads if g is not None]
+                if not present or math.isfinite(float(torch.stack([g.sum(dtype=torch.float32) for g in present]).sum())):
+                    return  # no gradient yet (weights are then checked at measured iterations), or all finite
+            tensors = [*weights, *grads]
+            positions = [i for i, t in enumerate(tensors) if t is not None and t.layout == torch.strided and t.numel()]
+            checked = [tensors[i] for i in positions]
+            if not checked:
+                return
+            if self._on_cpu:
+                self._locate_now(step, tensors, positions, checked)
             else:
                 self._check_on_device(step, tensors, positions, checked)
 
-    def _check_now(self, step: int, tensors: list, positions: list[int], checked: list[torch.Tensor]) -> None:
-        count = len(self.layers)
-        grads = [t for position, t in zip(positions, checked) if position >= count]
-        if not grads or math.isfinite(float(torch.stack([g.sum(dtype=torch.float32) for g in grads]).sum())):
-            return  # no gradient yet (weights are then checked at measured iterations), or all finite
+    def _locate_now(self, step: int, tensors: list, positions: list[int], checked: list[torch.Tensor]) -> None:
+        """A gradient sum was not finite: check every weight and gradient element by element."""
         flags = [False] * len(tensors)
         for position, tensor in zip(positions, checked):
             flags[position] = not bool(torch.isfinite(tensor).all())
