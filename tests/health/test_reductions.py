@@ -50,3 +50,9 @@ def test_signed_sums_through_the_scratch_chunks_equal_per_tensor_sums(monkeypatc
         for t, value in zip(members, sums):
             assert close(float(value), float(reference(t, "sum")), rtol=1e-5)
     assert [float(s) for s in reductions.SignedSums()(members)][:5] == [float(t.sum()) for t in members][:5]
+
+
+def test_half_precision_norms_accumulate_in_float32():
+    big = [torch.full((100_000,), 10.0, dtype=torch.float16), torch.full((10,), 2.0, dtype=torch.bfloat16)]
+    assert [float(v) for v in reductions.norms(big, 1)] == [1_000_000.0, 20.0]
+    assert all(v.dtype == torch.float32 for v in reductions.norms(big, 2))

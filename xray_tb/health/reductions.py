@@ -39,9 +39,16 @@ def _per_group(tensors: list[torch.Tensor], reduce) -> list[torch.Tensor]:
     return out
 
 
+def _norms(members: list[torch.Tensor], ord: float) -> list[torch.Tensor]:
+    """One multi-tensor norm of one group, accumulated and returned in float32 for half types (a
+    float16 L1 norm overflows at 65,504)."""
+    wide = members[0].dtype in (torch.float16, torch.bfloat16)
+    return list(torch._foreach_norm(members, ord, dtype=torch.float32) if wide else torch._foreach_norm(members, ord))
+
+
 def norms(tensors: list[torch.Tensor], ord: float) -> list[torch.Tensor]:
     """Each tensor's vector norm of order ``ord`` (1, 2 or inf; NaN propagates), in float32 at least."""
-    return _per_group(tensors, lambda members: torch._foreach_norm(members, ord))
+    return _per_group(tensors, lambda members: _norms(members, ord))
 
 
 def stacked_norms(tensors: list[torch.Tensor], ord: float) -> torch.Tensor:
@@ -49,10 +56,24 @@ def stacked_norms(tensors: list[torch.Tensor], ord: float) -> torch.Tensor:
     parts = groups(tensors)
     device = tensors[0].device
     if len(parts) == 1:
-        return torch.stack(torch._foreach_norm(parts[0][1], ord)).float()
-    order = torch.tensor([i for positions, _ in parts for i in positions], device=device).argsort()
-    values = torch.cat([torch.stack(torch._foreach_norm(members, ord)).float().to(device) for _, members in parts])
-    return values[order]
+        return torch.stack(_norms(parts[0][1], ord)).float()
+    values = torch.cat([torch.stack(_norms(members, ord)).float().to(device) for _, members in parts])
+    return values[_order(device, tuple(i for positions, _ in parts for i in positions))]
+
+
+_ORDERS: dict = {}
+
+
+def _order(device: torch.device, positions: tuple[int, ...]) -> torch.Tensor:
+    """The index that puts values grouped as ``positions`` back in input order, kept on ``device``
+    (made once per layout: no host-to-device copy per call)."""
+    key = (device, positions)
+    order = _ORDERS.get(key)
+    if order is None:
+        if len(_ORDERS) > 64:
+            _ORDERS.clear()
+        order = _ORDERS[key] = torch.tensor(positions, device=device).argsort()
+    return order
 
 
 def abs_maxima(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -60,7 +81,7 @@ def abs_maxima(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
 
     def reduce(members: list[torch.Tensor]) -> list[torch.Tensor]:
         if members[0].device.type != "cpu":
-            return list(torch._foreach_norm(members, math.inf))
+            return _norms(members, math.inf)
         # On a CPU the inf-norm kernel is ten times slower than aminmax: take |min| and |max|.
         extremes = torch.stack([value for t in members for value in torch.aminmax(t)]).view(-1, 2)
         return list(torch.maximum(extremes[:, 1], extremes[:, 0].neg()).unbind())
