@@ -47,7 +47,7 @@ class NonFiniteSentinel:
             if self._on_cpu is None:
                 self._on_cpu = all(w.device.type == "cpu" for w in weights)
             if self._on_cpu:  # the common CPU case first, with as little Python as possible
-                present = [g for g in grads if g is not None]
+                present = [g for g in grads if g is not None and g.layout == torch.strided]  # sparse ones: at measured iterations
                 if not present or math.isfinite(float(torch.stack([g.sum(dtype=torch.float32) for g in present]).sum())):
                     return  # no gradient yet (weights are then checked at measured iterations), or all finite
             tensors = [*weights, *grads]
