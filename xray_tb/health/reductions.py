@@ -104,6 +104,8 @@ class SignedSums:
         key = (members[0].device, tuple(tuple(t.shape) for t in members))
         plan = self._plans.get(key)
         if plan is None:
+            if len(self._plans) >= 4:  # each plan holds a scratch: keep only the recent layouts
+                self._plans.clear()
             plan = self._plans[key] = _ChunkPlan(members)
         return plan.sums(members)
 
@@ -125,13 +127,13 @@ class _ChunkPlan:
                 self.large.append(index)
                 continue
             if used + size > self.scratch.numel():
-                self._close(positions, members, used)
+                self._close(positions, members)
                 positions, used = [], 0
             positions.append(index)
             used += size
-        self._close(positions, members, used)
+        self._close(positions, members)
 
-    def _close(self, positions: list[int], members: list[torch.Tensor], used: int) -> None:
+    def _close(self, positions: list[int], members: list[torch.Tensor]) -> None:
         if not positions:
             return
         views, offset = [], 0

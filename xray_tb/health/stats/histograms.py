@@ -96,18 +96,19 @@ def sampled_pieces(weights: list[torch.Tensor], sample: int = SAMPLE) -> tuple[l
     scales: list[float] = []
     large = [w for w in weights if w.numel() > sample]
     extremes = {}
-    if large:  # one aminmax per large layer, read together
-        values = torch.stack([v.float().to(large[0].device) for w in large for v in torch.aminmax(w.detach())]).cpu().view(-1, 2)
-        extremes = {id(w): values[i] for i, w in enumerate(large)}
+    if large:  # one aminmax per large layer, checked together (one read), kept where the weights are
+        ends = [torch.stack(torch.aminmax(w.detach())) for w in large]
+        finite = torch.stack([e.float().isfinite().all().to(ends[0].device) for e in ends]).tolist()
+        extremes = {id(w): e for w, e, ok in zip(large, ends, finite) if ok}
     for weight in weights:
         flat = weight.detach().reshape(-1)
         ends = extremes.get(id(weight))
-        if ends is None or not bool(torch.isfinite(ends).all()):
+        if ends is None:  # small, or holding a NaN or an infinity: counted exactly
             pieces.append(flat)
             scales.append(1.0)
             continue
         stride = _stride(weight.shape, -(-flat.numel() // sample))
-        piece = torch.cat([flat[::stride], ends.to(device=flat.device, dtype=flat.dtype)])
+        piece = torch.cat([flat[::stride], ends])
         pieces.append(piece)
         scales.append(flat.numel() / piece.numel())
     return pieces, scales
