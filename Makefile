@@ -30,7 +30,7 @@ demo: install
 	$(PY) examples/digits.py --logdir runs/digits_lr0.6 --lr 0.6 --epochs 4 --captures 45
 	$(PY) examples/bias.py --logdir runs/bias
 	@echo ""
-	@echo "Xray tab, both runs side by side: http://$(HOST):$(PORT)/#xray&p.xray.run=digits_lr0.05,digits_lr0.6&p.xray.view=layer&p.xray.layer=conv1   (Ctrl+C stops TensorBoard)"
+	@echo "Xray tab, the lr=0.6 run's findings and health matrix next to the lr=0.05 run: http://$(HOST):$(PORT)/#xray&p.xray.run=digits_lr0.6,digits_lr0.05&p.xray.view=health&p.xray.stat=dead_fraction   (Ctrl+C stops TensorBoard)"
 	$(VENV)/bin/tensorboard --logdir runs --host $(HOST) --port $(PORT)
 
 test: install browser

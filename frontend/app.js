@@ -1,17 +1,22 @@
-// The app shell: builds the page, keeps the shared state (state.js), loads runs on every reload and
-// wires the views (graph_view.js, layer_view.js), the timeline and the URL state together.
+// The app shell: builds the page, keeps the shared state (state.js) and wires the views
+// (graph_view.js, layer_view.js, bias_view.js, health_view.js), the findings (findings_list.js), the
+// timeline and the URL state together. Loading on reloads is in app_load.js.
 
-import { fetchFrame, fetchRuns } from './api.js';
 import { ComparePicker } from './compare_picker.js';
 import { RunPicker, LayerList, el } from './controls.js';
 import { ErrorBanner } from './error_banner.js';
+import { FindingsList } from './findings_list.js';
 import { FrameSource } from './frames.js';
 import { stepAtOrBefore } from './frame_text.js';
 import { GraphView } from './graph_view.js';
 import { baseLayer, diffArchitectures } from './graph_model.js';
+import { HealthView } from './health_view.js';
+import { StatPicker } from './health_picker.js';
+import { loadStylesheet } from './dom.js';
 import { connectToHost, DATA_RELOADED, RUNS_CHANGED } from './host.js';
 import { LayerView } from './layer_view.js';
 import { BiasView } from './bias_view.js';
+import { loadMethods } from './app_load.js';
 import { RunData } from './run_data.js';
 import { Store } from './state.js';
 import { Timeline } from './timeline.js';
@@ -19,8 +24,6 @@ import { encodeUrlData, parseUrlData, readUrlData, writeUrlData } from './url_st
 
 /** How often runs are re-read without a host reload. */
 const POLL_MS = 30000;
-/** A frame that answers 404 re-reads the layer lists, at most this often. */
-const STALE_REFRESH_MS = 5000;
 
 export class XrayApp {
   constructor() {
@@ -43,6 +46,17 @@ export class XrayApp {
       onWallTime: (t) => this.timeline.setWallTime(t),
     });
     this.biasView = new BiasView({ errors: this.errors, onBack: () => this.showGraph(), onEvaluation: (bias) => this.store.set({ bias }) });
+    this.healthView = new HealthView({
+      onBack: () => this.showGraph(),
+      onOpen: (layer, step) => this.openAt(layer, step),
+      onStats: (stats) => this.statPicker.setStats(stats),
+    });
+    this.findings = new FindingsList({
+      errors: this.errors,
+      onOpen: (finding) => this.openAt(finding.layer, finding.step),
+      onChange: () => this.timeline.setMarks(this.findings.marks()),
+    });
+    this.statPicker = new StatPicker((stat) => { this.store.set({ stat }); this.render(); });
     this.followEnd = true;
     this.keep = null;
     this.loading = false;
@@ -50,6 +64,7 @@ export class XrayApp {
     this.staleAt = 0;
     this.refreshing = null;
     this.refreshAgain = false;
+    this.healthKey = null;
     this.urlReady = false;
     this.pendingUrl = {};
     let urlTimer = null;
@@ -67,10 +82,15 @@ export class XrayApp {
     const brand = el('div', 'xray-brand');
     brand.append(el('span', 'xray-brand-name', 'Xray'), el('span', 'xray-muted', 'layer tensors'));
     this.status = el('div', 'xray-status xray-muted', '');
+    const healthButton = el('button', 'xray-button xray-health-open', 'Training health');
+    healthButton.dataset.action = 'health-view';
+    healthButton.addEventListener('click', () => { this.store.set({ view: 'health' }); this.render(); });
     const biasButton = el('button', 'xray-button xray-bias-open', 'Bias (Attention-IoU)');
     biasButton.dataset.action = 'bias-view';
     biasButton.addEventListener('click', () => { this.store.set({ view: 'bias' }); this.render(); });
-    sidebar.append(brand, this.runPicker.element, this.comparePicker.element, biasButton, this.layerList.element, this.status);
+    const buttons = el('div', 'xray-view-buttons');
+    buttons.append(healthButton, biasButton);
+    sidebar.append(brand, this.runPicker.element, this.comparePicker.element, buttons, this.layerList.element, this.status);
     const main = el('main', 'xray-main');
     this.empty = el('div', 'xray-empty');
     this.empty.id = 'xray-empty';
@@ -81,11 +101,13 @@ export class XrayApp {
     this.empty.append(el('p', 'xray-empty-title', 'No Xray data yet.'), p2);
     this.content = el('div', 'xray-content');
     this.content.hidden = true;
-    this.content.append(this.timeline.element, this.graph.element, this.layerView.element, this.biasView.element);
+    this.timeline.element.append(this.statPicker.element);
+    this.content.append(this.findings.element, this.timeline.element, this.graph.element, this.layerView.element, this.biasView.element, this.healthView.element);
     main.append(this.errors.element, this.empty, this.content);
     root.append(sidebar, main);
     document.body.append(root);
     document.body.classList.add('xray-body');
+    loadStylesheet('./health.css', import.meta.url);
   }
 
   async start() {
@@ -99,74 +121,11 @@ export class XrayApp {
     let resizeTimer = null;
     window.addEventListener('resize', () => {
       clearTimeout(resizeTimer);
-      resizeTimer = setTimeout(() => this.layerView.redraw(), 150);
+      resizeTimer = setTimeout(() => { this.layerView.redraw(); this.healthView.resized(); }, 150);
     });
     await this.refresh();
     this.urlReady = true;
-  }
-
-  /** Re-reads runs and the shown runs' layers; calls during one fold into one more pass. */
-  refresh() {
-    if (this.refreshing) {
-      this.refreshAgain = true;
-      return this.refreshing;
-    }
-    this.refreshing = (async () => {
-      do {
-        this.refreshAgain = false;
-        await this.refreshOnce();
-      } while (this.refreshAgain);
-    })().finally(() => { this.refreshing = null; });
-    return this.refreshing;
-  }
-
-  async refreshOnce() {
-    let runs;
-    try {
-      runs = await fetchRuns();
-      this.errors.clear('runs');
-    } catch (e) {
-      this.errors.set('runs', e);
-      return;
-    }
-    for (const known of [...this.data.layers.keys()]) if (!runs.includes(known)) { this.data.forget(known); this.frames.forget(known); }
-    this.status.textContent = `Updated ${new Date().toLocaleTimeString()}`;
-    this.empty.hidden = runs.length > 0;
-    this.content.hidden = runs.length === 0;
-    this.layerList.element.hidden = runs.length === 0;
-    const s = this.store.state;
-    const url = this.pendingUrl;
-    this.pendingUrl = {};
-    if (url.step !== undefined) {
-      this.keep = { step: url.step, atEnd: false };
-      this.followEnd = false;
-    }
-    const run = [url.run, s.run].find((r) => r && runs.includes(r)) || runs[0] || null;
-    const compare = (url.compare || s.compare).filter((r) => r !== run && runs.includes(r));
-    this.store.set({ runs, run, compare, ...pick(url, ['view', 'layer', 'kind', 'scale', 'bias']) });
-    if (run === null) {
-      this.runPicker.setRuns([], null);
-      this.layerList.setLayers([], null);
-      return;
-    }
-    await this.loadShown();
-  }
-
-  /** Loads the layers (and architectures) of the shown runs, then draws. */
-  async loadShown() {
-    const seq = ++this.seq;
-    const runs = this.store.shownRuns;
-    const results = await Promise.all(runs.map((run, i) => this.data.load(run, i < 2).then(
-      (result) => { this.errors.clear(`layers:${run}`); return result; },
-      (error) => { this.errors.set(`layers:${run}`, error); return null; },
-    )));
-    if (seq !== this.seq) return;
-    this.loading = false;
-    this.layerList.setBusy(false);
-    results.forEach((result, i) => { if (result && result.rewritten) this.frames.forget(runs[i]); });
-    const unchanged = results.every((r) => r && !r.changed);
-    await this.render();
-    if (unchanged) this.validateShown();
+    writeUrlData(encodeUrlData(this.store.state)); // what the user chose while the first load ran
   }
 
   /** Draws everything from the state and the loaded data. */
@@ -187,11 +146,14 @@ export class XrayApp {
     this.graph.element.hidden = view !== 'graph';
     this.layerView.element.hidden = view !== 'layer';
     this.biasView.element.hidden = view !== 'bias';
+    this.healthView.element.hidden = view !== 'health';
+    this.statPicker.show(s.stat, view);
     const other = s.compare.length ? this.data.arch(s.compare[0]) : null;
     this.graph.setRecorded(this.data.marks(main));
     this.graph.setDiff(arch && other ? toDiff(diffArchitectures(arch, other), s.compare[0]) : null);
     const graphReady = this.graph.setArchitecture(arch);
     let steps;
+    let healthReady = null;
     if (view === 'bias') {
       await this.biasView.update({ ...s, step: undefined });
       steps = this.biasView.steps();
@@ -202,11 +164,21 @@ export class XrayApp {
       if (view === 'layer') this.layerView.clear('This run has no recorded layers yet.');
       steps = this.data.steps(main);
     }
+    if (view === 'health') {
+      const stat = s.stat || 'grad_l2';
+      const key = JSON.stringify([shown, stat]);
+      if (key !== this.healthKey) {
+        this.healthKey = key;
+        healthReady = this.healthView.update({ runs: shown, stat });
+      }
+    }
     this.setTimeline(steps);
+    this.graph.health.set(main, s.stat, this.timeline.step, this.data.layers.get(main)); // health colours of the graph (graph_health.js)
     if (view === 'layer') this.layerView.showStep(this.timeline.step, false);
+    if (view === 'health') this.healthView.showStep(this.timeline.step);
     if (view === 'bias') this.biasView.showStep(this.timeline.step);
     else this.timeline.setWallTime(null);
-    await graphReady;
+    await Promise.all([graphReady, healthReady]);
   }
 
   /** @param {number[]} steps */
@@ -229,7 +201,9 @@ export class XrayApp {
     this.followEnd = this.timeline.index >= steps.length - 1;
     this.store.set({ step: this.timeline.step });
     if (this.store.state.view === 'layer') this.layerView.showStep(this.timeline.step, dragging);
+    if (this.store.state.view === 'health') this.healthView.showStep(this.timeline.step);
     if (this.store.state.view === 'bias') this.biasView.showStep(this.timeline.step);
+    this.graph.health.showStep(this.timeline.step); // recolours the graph, no layout (graph_health.js)
   }
 
   /** @param {string} run */
@@ -258,36 +232,25 @@ export class XrayApp {
     return this.render();
   }
 
+  /**
+   * Opens a layer at a step (a finding, a cell of the health matrix): the timeline goes to the
+   * nearest recorded step at or before it, as a URL's step does.
+   * @param {string} layer
+   * @param {number} step
+   */
+  openAt(layer, step) {
+    if (this.loading) return;
+    this.keep = { step, atEnd: false };
+    this.followEnd = false;
+    this.store.set({ view: 'layer', layer });
+    return this.render();
+  }
+
   async showGraph() {
     const layer = this.store.state.layer;
     this.store.set({ view: 'graph' });
     await this.render();
     if (layer) await this.graph.highlightLayer(baseLayer(layer));
-  }
-
-  staleRefresh() {
-    if (Date.now() < this.staleAt) return;
-    this.staleAt = Date.now() + STALE_REFRESH_MS;
-    this.refresh();
-  }
-
-  /**
-   * After a reload that changed no step, checks that the shown run was not rewritten under the same
-   * name with the same steps: fetches one shown frame again and compares run_id and wall time.
-   */
-  async validateShown() {
-    const panel = this.layerView.firstPanel();
-    const frame = panel && panel.frame;
-    if (!frame || this.store.state.view !== 'layer') return;
-    let fresh;
-    try {
-      fresh = await fetchFrame(panel.run, frame.layer, frame.kind, frame.step);
-    } catch (_) {
-      return; // gone or unreachable: the next reload tells
-    }
-    if ((fresh.meta.run_id || null) === (frame.meta.run_id || null) && fresh.wall_time === frame.wall_time) return;
-    this.frames.forget(panel.run);
-    this.layerView.showStep(this.timeline.step, false);
   }
 
   /** @param {KeyboardEvent} event */
@@ -307,11 +270,7 @@ export class XrayApp {
   }
 }
 
-function pick(object, keys) {
-  const out = {};
-  for (const key of keys) if (object[key] !== undefined) out[key] = object[key];
-  return out;
-}
+Object.assign(XrayApp.prototype, loadMethods);
 
 function toDiff(diff, other) {
   return { only: new Set(diff.onlyA), changed: new Set(diff.changed), missing: diff.onlyB, other };

@@ -12,6 +12,7 @@
 // (data-mean, data-chance, data-count), svg.xray-bias-chart[data-run], canvas.xray-bias-example[data-map].
 
 import { getJson } from './api.js';
+import { loadStylesheet } from './dom.js';
 import { exampleFigures, SCORE_COLORS, scoreChart, subgroupTable } from './bias_draw.js';
 
 const NO_EVALUATION = 'No bias evaluation in the shown runs yet: call '
@@ -31,15 +32,6 @@ export function stepAtOrBefore(steps, step) {
   let found = null;
   for (const s of steps) if (s <= step) found = s;
   return found;
-}
-
-function loadStylesheet() {
-  if (document.querySelector('link[data-xray-bias-style]')) return;
-  const link = document.createElement('link');
-  link.rel = 'stylesheet';
-  link.href = new URL('./bias_view.css', import.meta.url).href;
-  link.dataset.xrayBiasStyle = '';
-  document.head.append(link);
 }
 
 export class BiasView {
@@ -92,7 +84,7 @@ export class BiasView {
   /** @param {HTMLElement} container @param {{api?: {getJson: Function}, state?: any}} [options] */
   mount(container, options = {}) {
     if (options.api) this.api = options.api;
-    loadStylesheet();
+    loadStylesheet('./bias_view.css', import.meta.url);
     container.append(this.element);
     return options.state ? this.update(options.state) : Promise.resolve();
   }
@@ -108,7 +100,7 @@ export class BiasView {
 
   /** @param {{run: string|null, compare?: string[], step?: number|null, bias?: string|null}} state */
   async update(state) {
-    loadStylesheet();
+    loadStylesheet('./bias_view.css', import.meta.url);
     const seq = ++this.seq;
     const runs = state.run ? [state.run, ...(state.compare || []).filter((r) => r !== state.run)] : [];
     const loaded = await Promise.all(runs.map((run) => this.loadRun(run)));

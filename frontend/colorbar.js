@@ -3,6 +3,7 @@
 
 import { formatValue } from './format.js';
 import { unitOf, LUT_SIZE } from './colormap.js';
+import { sizeCanvas } from './dom.js';
 
 /** @typedef {import('./colormap.js').Scale} Scale */
 
@@ -32,14 +33,7 @@ export function colorbarTicks(scale) {
 export function drawColorbar(canvas, scale, options = {}) {
   const cssWidth = options.width ?? 280;
   const cssHeight = BAR_HEIGHT + TICK + 16;
-  const dpr = window.devicePixelRatio || 1;
-  canvas.width = Math.round(cssWidth * dpr);
-  canvas.height = Math.round(cssHeight * dpr);
-  canvas.style.width = `${cssWidth}px`;
-  canvas.style.height = `${cssHeight}px`;
-  const ctx = canvas.getContext('2d');
-  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-  ctx.clearRect(0, 0, cssWidth, cssHeight);
+  const ctx = sizeCanvas(canvas, cssWidth, cssHeight);
 
   const x0 = PAD;
   const barWidth = cssWidth - 2 * PAD;

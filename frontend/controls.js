@@ -143,7 +143,7 @@ export class LayerList {
   }
 }
 
-/** One step scrubber: <input type=range id="xray-step"> over a list of steps, with a label. */
+/** One step scrubber: <input type=range id="xray-step"> over a list of steps, with a label; marks over its track. */
 export class Scrubber {
   /**
    * @param {(index: number, committed: boolean) => void} onMove  committed is false while dragging.
@@ -174,7 +174,11 @@ export class Scrubber {
     this.label.id = 'xray-step-label';
     this.label.setAttribute('aria-live', 'polite');
     this.position = el('span', 'xray-muted xray-step-position', '');
-    this.element.append(this.prev, this.input, this.next, this.label, this.position);
+    /** The track: the range input with a layer of marks over it (Timeline.setMarks). */
+    this.track = el('div', 'xray-range-wrap');
+    this.marks = el('div', 'xray-marks');
+    this.track.append(this.input, this.marks);
+    this.element.append(this.prev, this.track, this.next, this.label, this.position);
 
     this.input.addEventListener('input', () => this.changed(false));
     this.input.addEventListener('change', () => this.changed(true));

@@ -84,3 +84,62 @@ export function tooltip(node, mark) {
   lines.push(mark ? `recorded: ${mark.kinds.join(', ')} — click to open` : node.kind === 'module' ? 'not recorded' : '');
   return lines.filter(Boolean).join('\n');
 }
+
+/**
+ * One node's box: rect, title, subtitle and tooltip, with its hooks.
+ * @param {any} h  The hierarchy (graph_model.js).
+ */
+export function drawNode(h, key, box, recorded, diff) {
+  const node = h.nodes.get(key);
+  const g = svg('g', { class: `xray-node xray-node-${node.kind}`, transform: `translate(${box.x},${box.y})` });
+  g.dataset.nodeId = key;
+  const mark = node.kind === 'module' ? recorded.get(node.module) : undefined;
+  if (node.kind === 'module') {
+    g.dataset.layer = node.module;
+    if (mark) {
+      g.classList.add('xray-recorded');
+      g.dataset.kinds = mark.kinds.join(',');
+    }
+  }
+  if (diff && diff.only.has(key)) g.dataset.diff = 'only-here';
+  else if (diff && diff.changed.has(key)) g.dataset.diff = 'changed';
+  const rx = node.kind === 'function' ? 11 : 5;
+  g.append(svg('rect', { width: box.width, height: box.height, rx, ry: rx }));
+  const [title, subtitle] = nodeLabel(node);
+  const t = svg('text', { x: 8, y: subtitle ? 15 : box.height / 2 + 4, class: 'xray-node-title' });
+  t.textContent = title;
+  g.append(t);
+  if (subtitle) {
+    const s = svg('text', { x: 8, y: 29, class: 'xray-node-sub' });
+    s.textContent = subtitle + (mark ? `  ${mark.kinds.map((k) => KIND_BADGES[k] || k).join(' ')}` : '');
+    g.append(s);
+  }
+  const tip = svg('title', {});
+  tip.textContent = tooltip(node, mark);
+  g.append(tip);
+  return g;
+}
+
+/** One group's box (a container, collapsed or open) with its header. */
+export function drawGroup(h, key, box, recordedCount) {
+  const group = h.groups.get(key.slice('group:'.length));
+  const g = svg('g', { class: `xray-group${box.expanded ? ' xray-group-open' : ''}`, transform: `translate(${box.x},${box.y})` });
+  g.dataset.group = group.name;
+  g.dataset.expanded = String(box.expanded);
+  if (recordedCount) g.classList.add('xray-has-recorded');
+  g.append(svg('rect', { width: box.width, height: box.height, rx: 7, ry: 7 }));
+  const header = svg('text', { x: 8, y: 16, class: 'xray-group-title' });
+  header.dataset.action = 'toggle';
+  const members = group.children.length;
+  header.textContent = `${box.expanded ? '▾' : '▸'} ${shortName(group.name)} ${group.type ? `(${group.type})` : ''}`;
+  g.append(header);
+  if (!box.expanded) {
+    const s = svg('text', { x: 8, y: 31, class: 'xray-node-sub' });
+    s.textContent = `${members} item${members === 1 ? '' : 's'}${recordedCount ? ` · ${recordedCount} recorded` : ''}`;
+    g.append(s);
+  }
+  const tip = svg('title', {});
+  tip.textContent = `${group.name} (${group.type || 'group'}): click to ${box.expanded ? 'collapse' : 'expand'}`;
+  g.append(tip);
+  return g;
+}

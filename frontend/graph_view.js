@@ -7,7 +7,8 @@
 import { el } from './controls.js';
 import { LayoutClient } from './graph_layout.js';
 import { allGroups, ancestors, buildHierarchy, defaultExpanded, groupKey, visibleEdges } from './graph_model.js';
-import { svg, nodeLabel, edgePath, shortName, tooltip, KIND_BADGES } from './graph_draw.js';
+import { svg, edgePath, drawNode, drawGroup } from './graph_draw.js';
+import { GraphHealth } from './graph_health.js';
 import { PanZoom } from './graph_panzoom.js';
 
 /** @typedef {import('./graph_layout.js').GraphLayout} GraphLayout */
@@ -31,6 +32,7 @@ export class GraphView {
     this.fitted = false;
     this.seq = 0;
     /** @type {string|null} */ this.highlighted = null;
+    this.health = new GraphHealth(this); // colours by a health statistic (graph_health.js)
     this.build();
   }
 
@@ -69,7 +71,7 @@ export class GraphView {
     this.viewport = svg('g', { class: 'xray-graph-viewport' });
     this.svg.append(this.viewport);
     this.canvas.append(this.svg);
-    this.element.append(bar, this.legend, this.canvas);
+    this.element.append(bar, this.legend, this.health.element, this.canvas);
     this.svg.addEventListener('click', (e) => this.onClick(e));
     this.panzoom = new PanZoom(this.svg, this.viewport, this.canvas);
   }
@@ -152,8 +154,8 @@ export class GraphView {
     const nodesLayer = svg('g', { class: 'xray-graph-nodes' });
     const recordedInside = this.recordedPerGroup();
     for (const [key, box] of Object.entries(layout.boxes)) {
-      if (key.startsWith('group:')) groupsLayer.append(this.drawGroup(key, box, recordedInside.get(key) || 0));
-      else nodesLayer.append(this.drawNode(key, box));
+      if (key.startsWith('group:')) groupsLayer.append(drawGroup(this.h, key, box, recordedInside.get(key) || 0));
+      else nodesLayer.append(drawNode(this.h, key, box, this.recorded, this.diff));
     }
     const routes = new Map(layout.edges.map((e) => [`${e.src}\u0000${e.dst}`, e.points]));
     for (const { src, dst } of visibleEdges(h, this.arch.edges || [], this.expanded)) {
@@ -170,6 +172,7 @@ export class GraphView {
     this.status.textContent = `${h.nodes.size} nodes, ${h.groups.size} groups · ${boxes} boxes shown · laid out in ${Math.round(this.lastLayoutMs)} ms`;
     this.legend.textContent = this.legendText();
     if (this.highlighted) this.mark(this.highlighted);
+    this.health.paint();
   }
 
   /** @returns {Map<string, number>} Recorded module calls inside each group. */
@@ -189,60 +192,6 @@ export class GraphView {
       if (this.diff.missing.length) parts.push(`${this.diff.missing.length} only in ${this.diff.other}: ${this.diff.missing.slice(0, 6).join(', ')}${this.diff.missing.length > 6 ? ', …' : ''}`);
     }
     return parts.join(' · ');
-  }
-
-  drawNode(key, box) {
-    const node = this.h.nodes.get(key);
-    const g = svg('g', { class: `xray-node xray-node-${node.kind}`, transform: `translate(${box.x},${box.y})` });
-    g.dataset.nodeId = key;
-    const mark = node.kind === 'module' ? this.recorded.get(node.module) : undefined;
-    if (node.kind === 'module') {
-      g.dataset.layer = node.module;
-      if (mark) {
-        g.classList.add('xray-recorded');
-        g.dataset.kinds = mark.kinds.join(',');
-      }
-    }
-    if (this.diff && this.diff.only.has(key)) g.dataset.diff = 'only-here';
-    else if (this.diff && this.diff.changed.has(key)) g.dataset.diff = 'changed';
-    const rx = node.kind === 'function' ? 11 : 5;
-    g.append(svg('rect', { width: box.width, height: box.height, rx, ry: rx }));
-    const [title, subtitle] = nodeLabel(node);
-    const t = svg('text', { x: 8, y: subtitle ? 15 : box.height / 2 + 4, class: 'xray-node-title' });
-    t.textContent = title;
-    g.append(t);
-    if (subtitle) {
-      const s = svg('text', { x: 8, y: 29, class: 'xray-node-sub' });
-      s.textContent = subtitle + (mark ? `  ${mark.kinds.map((k) => KIND_BADGES[k] || k).join(' ')}` : '');
-      g.append(s);
-    }
-    const tip = svg('title', {});
-    tip.textContent = tooltip(node, mark);
-    g.append(tip);
-    return g;
-  }
-
-  drawGroup(key, box, recordedCount) {
-    const group = this.h.groups.get(key.slice('group:'.length));
-    const g = svg('g', { class: `xray-group${box.expanded ? ' xray-group-open' : ''}`, transform: `translate(${box.x},${box.y})` });
-    g.dataset.group = group.name;
-    g.dataset.expanded = String(box.expanded);
-    if (recordedCount) g.classList.add('xray-has-recorded');
-    g.append(svg('rect', { width: box.width, height: box.height, rx: 7, ry: 7 }));
-    const header = svg('text', { x: 8, y: 16, class: 'xray-group-title' });
-    header.dataset.action = 'toggle';
-    const members = group.children.length;
-    header.textContent = `${box.expanded ? '▾' : '▸'} ${shortName(group.name)} ${group.type ? `(${group.type})` : ''}`;
-    g.append(header);
-    if (!box.expanded) {
-      const s = svg('text', { x: 8, y: 31, class: 'xray-node-sub' });
-      s.textContent = `${members} item${members === 1 ? '' : 's'}${recordedCount ? ` · ${recordedCount} recorded` : ''}`;
-      g.append(s);
-    }
-    const tip = svg('title', {});
-    tip.textContent = `${group.name} (${group.type || 'group'}): click to ${box.expanded ? 'collapse' : 'expand'}`;
-    g.append(tip);
-    return g;
   }
 
   /** @param {MouseEvent} event */

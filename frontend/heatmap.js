@@ -3,6 +3,7 @@
 // than the page (an LM head output [64, 50257]) pooled down so that the canvas stays drawable.
 
 import { fillRgba } from './colormap.js';
+import { sizeCanvas } from './dom.js';
 
 /** @typedef {import('./colormap.js').Scale} Scale */
 
@@ -281,14 +282,7 @@ export function backingScale(width, height, dpr) {
 export function drawHeatmap(canvas, panels, scale, availableWidth, options = {}) {
   const tileWidth = options.tileWidth || null;
   const layout = layoutPanels(panels, availableWidth);
-  const dpr = backingScale(layout.width, layout.height, window.devicePixelRatio || 1);
-  canvas.width = Math.max(1, Math.floor(layout.width * dpr));
-  canvas.height = Math.max(1, Math.floor(layout.height * dpr));
-  canvas.style.width = `${layout.width}px`;
-  canvas.style.height = `${layout.height}px`;
-  const ctx = canvas.getContext('2d');
-  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-  ctx.clearRect(0, 0, layout.width, layout.height);
+  const ctx = sizeCanvas(canvas, layout.width, layout.height, backingScale(layout.width, layout.height, window.devicePixelRatio || 1));
   ctx.imageSmoothingEnabled = false;
   ctx.font = FONT;
   ctx.textBaseline = 'bottom';

@@ -3,25 +3,7 @@
 // app (app.js). Every view lives in a module of its own; see README.md for the map and the hooks.
 
 import { XrayApp } from './app.js';
-
-/**
- * Loads style.css (next to this module) and resolves once it applied or failed (at most 3 s).
- * @returns {Promise<void>}
- */
-function loadStylesheet() {
-  if (document.querySelector('link[data-xray-style]')) return Promise.resolve();
-  const link = document.createElement('link');
-  link.rel = 'stylesheet';
-  link.href = new URL('./style.css', import.meta.url).href;
-  link.dataset.xrayStyle = '';
-  return new Promise((resolve) => {
-    const done = () => resolve();
-    link.addEventListener('load', done);
-    link.addEventListener('error', done);
-    setTimeout(done, 3000);
-    document.head.append(link);
-  });
-}
+import { loadStylesheet } from './dom.js';
 
 /**
  * Builds the page. Called once by TensorBoard's plugin_entry.html.
@@ -29,7 +11,7 @@ function loadStylesheet() {
  */
 export async function render() {
   if (document.querySelector('.xray-root')) return;
-  await loadStylesheet();
+  await loadStylesheet('./style.css', import.meta.url);
   const app = new XrayApp();
   window.xrayApp = app; // for scripts and the speed bench: the app and its state
   await app.start();

@@ -7,6 +7,8 @@ import { el } from './controls.js';
 import { differenceBlocker, differenceFrame, unionSteps } from './compare.js';
 import { stepAtOrBefore } from './frame_text.js';
 import { KindSection } from './section.js';
+import { LayerHealth } from './layer_health.js';
+import { unitsOnLastDim } from './unit_outline.js';
 
 /** @typedef {import('./api.js').LayerInfo} LayerInfo */
 /** @typedef {{run: string, info: LayerInfo|null}} ShownRun */
@@ -31,6 +33,7 @@ export class LayerView {
     this.kind = null;
     this.debounce = null;
     /** @type {Map<object, string>} latest key wanted by each panel */ this.wanted = new Map();
+    this.health = new LayerHealth(); // charts, prune plan and dead units (layer_health.js)
     this.build();
   }
 
@@ -65,7 +68,7 @@ export class LayerView {
     header.append(titleRow);
     this.hint = el('div', 'xray-hint xray-muted', '');
     this.sectionsEl = el('div', 'xray-sections');
-    this.element.append(header, this.hint, this.sectionsEl);
+    this.element.append(header, this.hint, this.sectionsEl, this.health.element);
   }
 
   /** @param {string} message */
@@ -81,6 +84,8 @@ export class LayerView {
     this.summary.textContent = '';
     this.hint.textContent = message;
     this.hint.hidden = !message;
+    this.health.element.hidden = true;
+    this.health.signature = null;
   }
 
   /**
@@ -124,6 +129,7 @@ export class LayerView {
     }
     this.hint.hidden = visible.length > 0;
     this.hint.textContent = visible.length ? '' : main ? 'This layer has no recorded kinds.' : `${shown[0] ? shown[0].run : 'This run'} did not record ${layer}.`;
+    this.health.show(layer, shown, this.sectionsEl.clientWidth || document.documentElement.clientWidth - 300);
     return rebuild;
   }
 
@@ -139,6 +145,7 @@ export class LayerView {
    */
   showStep(requested, debounced) {
     if (requested === null || this.layer === null) return;
+    this.health.showStep(requested);
     const layer = this.layer;
     const width = this.availableWidth();
     const pending = [];
@@ -203,7 +210,17 @@ export class LayerView {
       if (this.wanted.get(panel) !== this.frames.key(panel.run, frame.layer, frame.kind, frame.step)) return;
     }
     panel.showFrame(frame, requested, width, range);
+    this.markDead(panel, frame);
     if (panel === this.firstPanel()) this.onWallTime(frame.wall_time);
+  }
+
+  /** Outlines the dead units (health at the frame's step) of a run's output or activation panel. */
+  markDead(panel, frame) {
+    const s = this.shown.find((x) => x.run === panel.run);
+    if (!s || (panel.kind !== 'output' && panel.kind !== 'activation')) return;
+    this.health.deadUnits(panel.run, this.layer, frame.step).then((units) => {
+      if (panel.frame === frame) panel.setDeadUnits(units, unitsOnLastDim(s.info && s.info.type));
+    });
   }
 
   firstPanel() {

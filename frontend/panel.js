@@ -11,6 +11,7 @@ import { formatValue } from './format.js';
 import { describeFrame, describePooling, KIND_TITLES } from './frame_text.js';
 import { originalIndex } from './tensor_index.js';
 import { savePng } from './export.js';
+import { deadRects, drawOutlines } from './unit_outline.js';
 
 /** @typedef {import('./api.js').Kind} Kind */
 /** @typedef {import('./frame_text.js').DecodedFrame} DecodedFrame */
@@ -54,7 +55,10 @@ export class RunPanel {
     this.canvas.setAttribute('role', 'img');
     this.canvas.width = 0;
     this.canvas.height = 0;
-    this.wrap.append(this.canvas);
+    this.overlay = /** @type {HTMLCanvasElement} */ (el('canvas', 'xray-dead-overlay'));
+    this.overlay.hidden = true;
+    /** @type {{units: number[], lastDim: boolean, frame: any}|null} */ this.dead = null;
+    this.wrap.append(this.canvas, this.overlay);
     this.legend = el('div', 'xray-legend');
     this.legend.hidden = true;
     this.colorbar = /** @type {HTMLCanvasElement} */ (el('canvas', 'xray-colorbar'));
@@ -135,6 +139,28 @@ export class RunPanel {
     drawColorbar(this.colorbar, scale, { width: Math.min(320, Math.max(200, width / 3)) });
     this.nonfiniteKey.hidden = !(frame.nonfinite > 0);
     this.legend.hidden = false;
+    this.drawDead();
+  }
+
+  /**
+   * Outlines dead units of the shown frame (null: no health data at its step).
+   * @param {number[]|null} units
+   * @param {boolean} lastDim  Units on the last dimension (linear layers), else dimension 1.
+   */
+  setDeadUnits(units, lastDim) {
+    this.dead = units ? { units, lastDim, frame: this.frame } : null;
+    this.drawDead();
+  }
+
+  drawDead() {
+    const d = this.dead;
+    const shown = Boolean(d && d.frame === this.frame && this.layout);
+    if (shown) this.element.dataset.deadUnits = d.units.join(',');
+    else delete this.element.dataset.deadUnits;
+    const rects = shown ? deadRects(this.layout, this.frame.meta || {}, d.lastDim, new Set(d.units)) : [];
+    this.overlay.hidden = rects.length === 0;
+    if (rects.length) drawOutlines(this.overlay, this.layout, rects);
+    this.overlay.dataset.outlined = rects.map((r) => r.unit).join(',');
   }
 
   /** Nothing at or before the requested step (or this run lacks the layer or kind). */
@@ -168,6 +194,7 @@ export class RunPanel {
     this.wrap.hidden = true; // never leave an older step's picture under an error
     this.legend.hidden = true;
     this.setStep(null);
+    this.drawDead();
   }
 
   setNote(requested, shown) {

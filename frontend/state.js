@@ -6,16 +6,17 @@
  * @property {string[]} runs     Runs that hold Xray data.
  * @property {string|null} run   The main run (its graph and its steps).
  * @property {string[]} compare  Other runs shown next to it.
- * @property {'graph'|'layer'} view
+ * @property {'graph'|'layer'|'health'|'bias'} view
  * @property {string|null} layer
  * @property {string|null} kind  Only this kind is shown (null: every kind).
  * @property {number|null} step
  * @property {'frame'|'fixed'} scale  Colour range per frame, or fixed over the timeline.
+ * @property {string|null} stat  The health statistic of the matrix and of the graph's colours (null: graph uncoloured).
  */
 
 /** @returns {XrayState} */
 export function initialState() {
-  return { runs: [], run: null, compare: [], view: 'graph', layer: null, kind: null, step: null, scale: 'frame' };
+  return { runs: [], run: null, compare: [], view: 'graph', layer: null, kind: null, step: null, scale: 'frame', stat: null };
 }
 
 export class Store {

@@ -1,8 +1,10 @@
 // The one timeline: the step scrubber (controls.js), play/pause with a speed setting, and the
 // step's wall time. Playing waits for the next step's frames (the app prefetches them), so it
-// never shows half-loaded steps. Hooks: [data-action=play], select[data-action=speed].
+// never shows half-loaded steps. Steps with severe findings are marked over the scrubber's track.
+// Hooks: [data-action=play], select[data-action=speed], [data-timeline-mark][data-step][data-rule].
 
 import { el, Scrubber } from './controls.js';
+import { stepAtOrBefore } from './frame_text.js';
 
 /** Steps per second offered by the speed setting. */
 export const SPEEDS = [1, 2, 4, 8, 16];
@@ -35,6 +37,8 @@ export class Timeline {
     this.element.append(this.playButton, this.speed, this.scrubber.element, this.wallTime);
     this.timer = null;
     this.playing = false;
+    /** @type {{step: number, rule: string, layer?: string, run?: string}[]} */
+    this.marks = [];
   }
 
   get steps() { return this.scrubber.steps; }
@@ -45,6 +49,43 @@ export class Timeline {
     this.scrubber.setSteps(steps, index);
     this.playButton.disabled = steps.length <= 1;
     if (steps.length <= 1) this.pause();
+    this.drawMarks();
+  }
+
+  /**
+   * Marks steps over the scrubber's track (the steps of severe findings); a mark sits where its
+   * step falls between the recorded steps, and a click moves to the recorded step at or before it.
+   * @param {{step: number, rule: string, layer?: string, run?: string}[]} marks
+   */
+  setMarks(marks) {
+    this.marks = marks.slice();
+    this.drawMarks();
+  }
+
+  drawMarks() {
+    const steps = this.scrubber.steps;
+    const seen = new Set();
+    const nodes = [];
+    for (const mark of this.marks) {
+      const key = `${mark.step}:${mark.rule}`;
+      if (seen.has(key) || !steps.length) continue;
+      seen.add(key);
+      const node = el('span', `xray-timeline-mark xray-mark-${mark.rule}`);
+      node.dataset.timelineMark = '';
+      node.dataset.step = String(mark.step);
+      node.dataset.rule = mark.rule;
+      if (mark.run) node.dataset.run = mark.run;
+      const others = this.marks.filter((m) => m.step === mark.step && m.rule === mark.rule).map((m) => m.layer).filter(Boolean);
+      node.title = `step ${mark.step}: ${mark.rule}${others.length ? ` in ${[...new Set(others)].join(', ')}` : ''}`;
+      node.style.left = `${markPosition(steps, mark.step) * 100}%`;
+      node.addEventListener('click', () => {
+        const at = stepAtOrBefore(steps, mark.step);
+        this.scrubber.setSteps(steps, at === null ? 0 : steps.indexOf(at));
+        this.scrubber.changed(true);
+      });
+      nodes.push(node);
+    }
+    this.scrubber.marks.replaceChildren(...nodes);
   }
 
   /** @param {number} delta */
@@ -96,4 +137,18 @@ export class Timeline {
       this.tick(); // not ready: wait for the prefetch rather than show a half-loaded step
     }, delay);
   }
+}
+
+/**
+ * Where a step sits on a scrubber over `steps` (0 to 1): between two recorded steps in proportion.
+ * @param {number[]} steps  Sorted.
+ * @param {number} step
+ */
+export function markPosition(steps, step) {
+  const n = steps.length;
+  if (n <= 1 || step <= steps[0]) return 0;
+  if (step >= steps[n - 1]) return 1;
+  let i = 0;
+  while (i + 1 < n && steps[i + 1] <= step) i++;
+  return (i + (step - steps[i]) / (steps[i + 1] - steps[i])) / (n - 1);
 }

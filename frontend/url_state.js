@@ -22,7 +22,8 @@ export function parseUrlData(data) {
       out.compare = runs.slice(1);
     }
   }
-  if (data.view === 'graph' || data.view === 'layer' || data.view === 'bias') out.view = data.view;
+  if (['graph', 'layer', 'health', 'bias'].includes(data.view)) out.view = data.view;
+  if (data.stat && /^[A-Za-z0-9_.\-[\]]{1,64}$/.test(String(data.stat))) out.stat = String(data.stat);
   if (data.bias) out.bias = String(data.bias);
   if (data.layer) out.layer = String(data.layer);
   if (data.kind) out.kind = String(data.kind);
@@ -45,6 +46,7 @@ export function encodeUrlData(state) {
   if (state.kind) out.kind = state.kind;
   if (state.step !== null && state.step !== undefined) out.step = String(state.step);
   if (state.scale === 'fixed') out.scale = 'fixed';
+  if (state.stat) out.stat = state.stat;
   if (state.view === 'bias' && state.bias) out.bias = state.bias;
   return out;
 }

@@ -2,20 +2,28 @@
 
 Layout in the event files, all under plugin name :data:`tb_plugin.metadata.PLUGIN_NAME` unless said:
 
-* Per-layer scalars ``xray_health/<layer>/<stat>`` (plain ``simple_value``, no plugin), one point per
-  iteration (or per health step for activation statistics), so they show in the Scalars and Time
-  Series tabs. ``<layer>`` is written with :func:`tb_plugin.metadata.encode_name`.
-* Epoch summaries ``xray_health_epoch/<layer>/<stat>/mean`` and ``.../var``, at the epoch's index.
 * The full series, which TensorBoard keeps whole: tag ``xray/health/series/<stat>``, one value per
-  block of steps, at the block's first step. Three blobs: a JSON header ``{"layers": [...]}`` (dataflow
-  order), the steps as an ``.npy`` int64 vector, and the values as an ``.npy`` float32 matrix of
-  layers × steps (NaN where a layer has no value at a step). Plugin content ``{"type": "health_series",
-  "stat": ...}``.
-* Per-unit vectors (the per-channel variance): tag ``xray/health/vector/<stat>``, one value per health
-  step: a JSON header ``{"layers": [...], "sizes": [...]}`` and the vectors concatenated in that order
-  as ``.npy`` float32.
+  block of steps, at the block's first step. Four blobs: a JSON header ``{"layers": [...]}`` (dataflow
+  order), the steps as an ``.npy`` int64 vector, the values as an ``.npy`` float32 matrix of
+  layers × steps, and the absent mask as an ``.npy`` bool matrix of layers × steps (True where a
+  layer has no value at a step; blocks written before it had three blobs: absent = NaN). Plugin
+  content ``{"type": "health_series", "stat": ...}``.
+* Per-unit vectors (``channel_var``: per-channel variance; ``dead``: 1.0 for a dead unit, 0.0 else):
+  tag ``xray/health/vector/<stat>``, one value per health step: a JSON header ``{"layers": [...],
+  "sizes": [...]}`` and the vectors concatenated in that order as ``.npy`` float32.
 * The findings: tag ``xray/health/findings``, one JSON list per write; the highest step is current.
   Non-finite numbers are written as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``.
+* The prune plan (``xray.prune(dry_run=True)``): tag ``xray/health/prune``, one JSON list of
+  ``{"layer", "units", "parameters", "reason"}`` per change, at the last iteration's step.
+* Epoch aggregates: tag ``xray/health/epochs``, at the epoch's index: a JSON header ``{"layers",
+  "stats"}`` and an ``.npy`` float32 array 2 × layers × stats (mean, then variance; NaN where absent).
+* Model-level scalars (plain ``simple_value``, no plugin, for the Scalars tab): :data:`GRAD_NORM_TAG`
+  (global gradient L2 at measured iterations), :data:`UPDATE_RATIO_MAX_TAG`,
+  :data:`DEAD_FRACTION_MAX_TAG` (at health steps) and :data:`FINDINGS_COUNT_TAG` (at flushes where
+  the findings changed).
+* Only with ``Xray(..., layer_scalars=True)``: per-layer scalars ``xray_health/<layer>/<stat>`` (one
+  point per iteration, or per health step) and ``xray_health_epoch/<layer>/<stat>/mean`` and
+  ``.../var``. ``<layer>`` is written with :func:`tb_plugin.metadata.encode_name`.
 """
 
 from __future__ import annotations
@@ -36,12 +44,24 @@ EPOCH_PREFIX = "xray_health_epoch/"
 SERIES_PREFIX = "xray/health/series/"
 VECTOR_PREFIX = "xray/health/vector/"
 FINDINGS_TAG = "xray/health/findings"
+PRUNE_TAG = "xray/health/prune"
+EPOCHS_TAG = "xray/health/epochs"
+GRAD_NORM_TAG = "xray/grad_norm"
+UPDATE_RATIO_MAX_TAG = "xray/update_ratio_max"
+DEAD_FRACTION_MAX_TAG = "xray/dead_fraction_max"
+FINDINGS_COUNT_TAG = "xray/findings"
+#: The model-level scalars written by default, in the Scalars tab.
+MODEL_SCALAR_TAGS = (GRAD_NORM_TAG, UPDATE_RATIO_MAX_TAG, DEAD_FRACTION_MAX_TAG, FINDINGS_COUNT_TAG)
 HISTOGRAM_PREFIX = "xray_weights/"
 
 #: Built-in per-iteration statistics of a layer's weight and weight gradient.
 ITERATION_STATS = ("grad_mean", "grad_absmax", "grad_var", "grad_l1", "grad_l2", "weight_l2", "update_ratio")
 #: Built-in statistics of a layer's activation, at health steps.
 ACTIVATION_STATS = ("dead_fraction", "saturation", "channel_var")
+#: Per-unit vectors written at health steps.
+VECTOR_STATS = ("channel_var", "dead")
+#: Statistics whose worst value is the one of largest magnitude (signed); for the others it is the largest.
+SIGNED_STATS = ("grad_mean",)
 BUILTIN_STATS = ITERATION_STATS + ACTIVATION_STATS
 #: Names a statistic may have (custom ones included): they stand in tags as they are.
 STAT_NAME = re.compile(r"[A-Za-z0-9_.\-\[\]]{1,64}")
@@ -101,17 +121,30 @@ def _add_blobs(summary: summary_pb2.Summary, tag: str, meta: summary_pb2.Summary
     value.tensor.string_val.extend(blobs)
 
 
-def add_series(summary: summary_pb2.Summary, stat: str, layers: Sequence[str], steps: np.ndarray, values: np.ndarray) -> None:
-    """Append one block of a statistic's series: ``values`` is layers × steps."""
+def add_series(summary: summary_pb2.Summary, stat: str, layers: Sequence[str], steps: np.ndarray, values: np.ndarray,
+               absent: Optional[np.ndarray] = None) -> None:
+    """Append one block of a statistic's series: ``values`` and ``absent`` are layers × steps
+    (``absent`` None: where ``values`` is NaN)."""
+    values = np.asarray(values, np.float32)
+    absent = np.isnan(values) if absent is None else np.asarray(absent, bool)
+    if absent.shape != values.shape:
+        raise ValueError(f"absent mask shape {absent.shape} differs from values shape {values.shape}")
     header = json.dumps({"layers": list(layers)}).encode("utf-8")
-    blobs = [header, metadata.encode_array(np.asarray(steps, np.int64)), metadata.encode_array(np.asarray(values, np.float32))]
+    blobs = [header, metadata.encode_array(np.asarray(steps, np.int64)), metadata.encode_array(values),
+             metadata.encode_array(np.ascontiguousarray(absent))]
     _add_blobs(summary, series_tag(stat), _metadata("health_series", stat), blobs)
 
 
-def decode_series(blobs: Sequence[bytes]) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """``(layers, steps, values)`` of one block written by :func:`add_series`."""
+Block = tuple[list[str], np.ndarray, np.ndarray, np.ndarray]
+
+
+def decode_series(blobs: Sequence[bytes]) -> Block:
+    """``(layers, steps, values, absent)`` of one block written by :func:`add_series` (a block of
+    three blobs, written before the mask existed, is absent where NaN)."""
     layers = json.loads(blobs[0])["layers"]
-    return layers, metadata.decode_array(blobs[1]), metadata.decode_array(blobs[2])
+    values = metadata.decode_array(blobs[2])
+    absent = metadata.decode_array(blobs[3]).astype(bool) if len(blobs) > 3 else np.isnan(values)
+    return layers, metadata.decode_array(blobs[1]), values, absent
 
 
 def add_vectors(summary: summary_pb2.Summary, stat: str, layers: Sequence[str], vectors: Sequence[np.ndarray]) -> None:
@@ -129,26 +162,64 @@ def decode_vectors(blobs: Sequence[bytes]) -> dict[str, np.ndarray]:
     return {layer: flat[bounds[i]: bounds[i + 1]] for i, layer in enumerate(header["layers"])}
 
 
-def merge_blocks(blocks: list[tuple[list[str], np.ndarray, np.ndarray]]) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """One layers × steps float32 matrix from decoded series blocks: layers in the order first met,
-    steps ascending, NaN where a layer has no value; a later block wins a step written twice."""
+def merge_blocks(blocks: list[Block]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """``(layers, steps, values, present)`` from decoded series blocks: layers × steps float32 values
+    (NaN where absent) and bool ``present``; layers in the order first met, steps ascending; a later
+    block wins a step written twice."""
     layers: dict[str, int] = {}
-    for block_layers, _, _ in blocks:
-        for layer in block_layers:
+    for block in blocks:
+        for layer in block[0]:
             layers.setdefault(layer, len(layers))
     steps = np.unique(np.concatenate([block[1] for block in blocks])) if blocks else np.zeros(0, np.int64)
     matrix = np.full((len(layers), len(steps)), np.nan, dtype=np.float32)
-    for block_layers, block_steps, values in blocks:
+    present = np.zeros((len(layers), len(steps)), dtype=bool)
+    for block_layers, block_steps, values, absent in blocks:
         columns = np.searchsorted(steps, block_steps)
-        for row, layer in enumerate(block_layers):
-            matrix[layers[layer], columns] = values[row]
-    return list(layers), steps, matrix
+        rows = np.asarray([layers[layer] for layer in block_layers], dtype=np.intp)
+        if rows.size:
+            matrix[np.ix_(rows, columns)] = np.where(absent, np.nan, values)
+            present[np.ix_(rows, columns)] = ~absent
+    return list(layers), steps, matrix, present
+
+
+def prune_summary(entries: list[dict[str, Any]]) -> summary_pb2.Summary:
+    """A summary holding a prune plan (``{"layer", "units", "parameters", "reason"}`` each) as JSON."""
+    summary = summary_pb2.Summary()
+    _add_blobs(summary, PRUNE_TAG, _metadata("health_prune", None), [json.dumps(entries).encode("utf-8")])
+    return summary
+
+
+def decode_prune(blob: bytes) -> list[dict[str, Any]]:
+    return [{key: item.get(key) for key in ("layer", "units", "parameters", "reason")} for item in json.loads(blob)]
+
+
+def epochs_summary(moments: dict[str, dict[str, tuple[float, float]]]) -> summary_pb2.Summary:
+    """One epoch's ``{layer: {stat: (mean, var)}}`` as a JSON header and a 2 × layers × stats array."""
+    layers = list(moments)
+    stats = list(dict.fromkeys(stat for by_stat in moments.values() for stat in by_stat))
+    array = np.full((2, len(layers), len(stats)), np.nan, dtype=np.float32)
+    for i, layer in enumerate(layers):
+        for stat, (mean, var) in moments[layer].items():
+            array[:, i, stats.index(stat)] = (mean, var)
+    summary = summary_pb2.Summary()
+    header = json.dumps({"layers": layers, "stats": stats}).encode("utf-8")
+    _add_blobs(summary, EPOCHS_TAG, _metadata("health_epochs", None), [header, metadata.encode_array(array)])
+    return summary
+
+
+def decode_epochs(blobs: Sequence[bytes]) -> dict[str, dict[str, tuple[float, float]]]:
+    """``{layer: {stat: (mean, var)}}`` of one value written by :func:`epochs_summary`."""
+    header = json.loads(blobs[0])
+    array = metadata.decode_array(blobs[1])
+    return {layer: {stat: (float(array[0, i, j]), float(array[1, i, j])) for j, stat in enumerate(header["stats"])
+                    if not (np.isnan(array[0, i, j]) and np.isnan(array[1, i, j]))}
+            for i, layer in enumerate(header["layers"])}
 
 
 def findings_summary(findings: list[dict[str, Any]]) -> summary_pb2.Summary:
     """A summary holding the findings as one JSON list."""
     summary = summary_pb2.Summary()
-    _add_blobs(summary, FINDINGS_TAG, _metadata("health_findings", None), [json.dumps(_json_safe(findings)).encode("utf-8")])
+    _add_blobs(summary, FINDINGS_TAG, _metadata("health_findings", None), [json.dumps(json_safe(findings)).encode("utf-8")])
     return summary
 
 
@@ -157,13 +228,13 @@ def decode_findings(blob: bytes) -> list[dict[str, Any]]:
     return [{key: _from_json(value) if key == "value" else value for key, value in item.items()} for item in json.loads(blob)]
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
+        return {key: json_safe(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
+        return [json_safe(item) for item in value]
     return value
 
 

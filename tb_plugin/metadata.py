@@ -13,7 +13,8 @@ Layout of the data in an event file:
   training step. Its two blobs are a JSON header (:class:`FrameHeader` fields) and the selected
   values as an ``.npy`` array.
 * Each frame's statistics (:data:`STATS`, over the whole tensor, not just the kept filters) are
-  ordinary scalars under ``xray_stats/<layer>/<kind>/<stat>``, so they show in the Scalars tab.
+  plugin data under ``xray/frame_stats`` (:mod:`tb_plugin.frame_stats`), and, with
+  ``Xray(..., layer_scalars=True)``, ordinary scalars ``xray_stats/<layer>/<kind>/<stat>``.
 * ``<layer>`` in a tag is the recorded name (the module name plus the tensor's path in a tuple or
   dict output, ``head['logits']``) encoded by :func:`encode_name`: letters, digits, space and
   ``. _ - [ ] ' ( ) < > : , = + @ ! * ~`` stay as they are, and every other character becomes ``%XX``

@@ -98,6 +98,14 @@ class SeriesReader:
         # The fast loader evicts every step at or after a rewritten one, so its highest step is the last write.
         return self._fetch(ctx, run, tag, max(data, key=lambda datum: datum.step) if data else None)
 
+    def all_last_writes(self, ctx, experiment_id: str, run: str, tag: str) -> list[Written]:
+        """The last write of every step of ``tag``, steps ascending, read in one pass."""
+        if self._multiplexer is not None:
+            by_step = {event.step: event for event in _events(self._multiplexer, run, tag)}  # a later write replaces
+            return [_from_event(by_step[step]) for step in sorted(by_step)]
+        by_step = {datum.step: datum for datum in self.read(ctx, experiment_id, run, [tag]).get(tag, [])}
+        return [written for step in sorted(by_step) if (written := self._fetch(ctx, run, tag, by_step[step])) is not None]
+
     def _fetch(self, ctx, run: str, tag: str, datum) -> Optional[Written]:
         if datum is None:
             return None

@@ -3,7 +3,7 @@
 * ``/frame_bin?run&layer&kind&step``: one frame in the compact binary form of
   :mod:`tb_plugin.frame_transport`, found through the per-reload :class:`~tb_plugin.run_index.RunIndex`.
 * ``/ranges?run&layer``: each recorded kind's value range over every step (the recorder's ``min`` and
-  ``max`` statistics), for a colour scale fixed over the timeline.
+  ``max`` statistics, :mod:`tb_plugin.frame_stats`), for a colour scale fixed over the timeline.
 * ``/gif?run&layer&kind[&fps][&max_frames]``: an animated GIF of one kind over the timeline, drawn
   by the recorder's :func:`xray_tb.views.save_gif` on one colour scale.
 
@@ -22,7 +22,7 @@ from tensorboard import errors, plugin_util
 from tensorboard.data import provider
 from werkzeug import wrappers
 
-from tb_plugin import frame_transport, metadata, params, responses, run_index
+from tb_plugin import frame_stats, frame_transport, metadata, params, responses, run_index
 
 _GIF_FPS = range(1, 31)
 _GIF_FRAMES = range(1, 501)
@@ -35,6 +35,7 @@ class TabRoutes:
 
     def __init__(self, data_provider, reader):
         self._provider = data_provider
+        self._reader = reader
         self.index = run_index.RunIndex(data_provider, reader)
 
     def apps(self) -> dict:
@@ -69,6 +70,27 @@ class TabRoutes:
         kinds = [kind for kind in metadata.KINDS if (layer, kind) in index.series]
         if not kinds:
             self.index.series_of(ctx, experiment_id, run, layer, metadata.KINDS[0])  # raises the 404 naming the layers
+        if frame_stats.FRAME_STATS_TAG in self._reader.run_tags(ctx, experiment_id, run):
+            found = self._frame_stats(ctx, experiment_id, run, layer)
+        else:  # written by an Xray that wrote the statistics as scalars only
+            found = self._stat_scalars(ctx, experiment_id, run, layer, kinds)
+        ranges = {}
+        for kind in kinds:
+            lows, highs = found.get(kind, {}).get("min", []), found.get(kind, {}).get("max", [])
+            ranges[kind] = {"min": min(lows), "max": max(highs)} if lows and highs else None
+        return {"run": run, "layer": layer, "ranges": ranges}
+
+    def _frame_stats(self, ctx, experiment_id: str, run: str, layer: str) -> dict[str, dict[str, list[float]]]:
+        found: dict[str, dict[str, list[float]]] = {}
+        for written in self._reader.all_last_writes(ctx, experiment_id, run, frame_stats.FRAME_STATS_TAG):
+            for name, kind, stats in frame_stats.decode_frame_stats(written.blobs):
+                if name == layer:
+                    for stat in ("min", "max"):
+                        if math.isfinite(stats.get(stat, math.nan)):
+                            found.setdefault(kind, {}).setdefault(stat, []).append(stats[stat])
+        return found
+
+    def _stat_scalars(self, ctx, experiment_id: str, run: str, layer: str, kinds: list[str]) -> dict[str, dict[str, list[float]]]:
         tags = {metadata.stat_tag(layer, kind, stat): (kind, stat) for kind in kinds for stat in ("min", "max")}
         scalars = self._provider.read_scalars(
             ctx,
@@ -81,11 +103,7 @@ class TabRoutes:
         for tag, points in (scalars or {}).get(run, {}).items():
             kind, stat = tags[tag]
             found.setdefault(kind, {}).setdefault(stat, []).extend(p.value for p in points if math.isfinite(p.value))
-        ranges = {}
-        for kind in kinds:
-            lows, highs = found.get(kind, {}).get("min", []), found.get(kind, {}).get("max", [])
-            ranges[kind] = {"min": min(lows), "max": max(highs)} if lows and highs else None
-        return {"run": run, "layer": layer, "ranges": ranges}
+        return found
 
     @responses.json_route
     def gif_route(self, request):

@@ -14,7 +14,7 @@ import torch
 from tensorboard.compat.proto import event_pb2
 from torch import nn
 
-from tb_plugin import metadata
+from tb_plugin import frame_stats, metadata
 from tb_plugin.metadata import BATCH_KINDS, FrameHeader
 from xray_tb.activations import recompute
 from xray_tb.graph import ActivationSource, Tap
@@ -73,6 +73,7 @@ class CaptureContext:
     storage_dtype: type
     budget_bytes: int
     run_id: str
+    layer_scalars: bool = False  # also write the statistics as xray_stats/<layer>/<kind>/<stat> scalars
 
 
 def capture(context: CaptureContext, step: int, wall_time: float) -> Capture:
@@ -111,8 +112,11 @@ def capture(context: CaptureContext, step: int, wall_time: float) -> Capture:
     except Exception as error:  # noqa: BLE001 - the frames are worth writing without their statistics
         statistics = []
         result.report.missing.extend((h.name, h.kind, f"failed: statistics: {type(error).__name__}: {error}") for h, _ in measured)
-    for (header, _), stats in zip(measured, statistics):
-        metadata.add_stats(summary, header.name, header.kind, stats)
+    if context.layer_scalars:
+        for (header, _), stats in zip(measured, statistics):
+            metadata.add_stats(summary, header.name, header.kind, stats)
+    if statistics:
+        frame_stats.add_frame_stats(summary, [(header.name, header.kind, stats) for (header, _), stats in zip(measured, statistics)])
     return result
 
 

@@ -122,7 +122,7 @@ class RecordedRun:
         """One training-health statistic: ``(layers, steps, values)``, values layers × steps (NaN: none)."""
         from xray_tb.health import reading
 
-        return reading.series(self.logdir, stat)
+        return reading.series(self.logdir, stat)[:3]
 
     def bias(self) -> dict:
         """The Attention-IoU evaluations written to the run, ``{evaluation: {step: BiasReport}}``

@@ -26,7 +26,7 @@ from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
 from tensorboard.util import tensor_util
 
-from tb_plugin import metadata
+from tb_plugin import frame_stats, metadata
 from xray_tb.records import DamagedEventFileWarning, Record
 
 #: Where a value was written: (event file name, byte offset of its record). Later is greater.
@@ -90,6 +90,15 @@ class RunContents:
                 if current is None or origin >= current.origin:
                     by_step[event.step] = StoredFrame(blobs[0], blobs[1], origin)
             return problem
+        if value.tag == frame_stats.FRAME_STATS_TAG:
+            try:
+                entries = frame_stats.decode_frame_stats(blobs)
+            except (ValueError, KeyError, TypeError, IndexError, RecursionError):
+                return "not frame statistics"
+            for layer, kind, stats in entries:
+                for name, number in stats.items():
+                    self._add_stat((layer, kind, name), event, number, origin)
+            return None
         if value.tag in metadata.META_TAGS:
             try:
                 document = json.loads(blobs[0]) if blobs else None
@@ -104,7 +113,8 @@ class RunContents:
         return None
 
     def _add_stat(self, stat: tuple[str, str, str], event, value, origin: Origin) -> Optional[str]:
-        number = _number(value)
+        """File one statistic (a summary value, or a number read from the frame statistics)."""
+        number = value if isinstance(value, float) else _number(value)
         if number is None:
             return "not a number"
         layer, kind, name = stat

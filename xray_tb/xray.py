@@ -59,6 +59,10 @@ class Xray(HealthMixin, ReadBackMixin):
             and reported in :attr:`last_report`.
         health: training health (gradient statistics every iteration, dead units, findings, ...):
             True (default), False to switch it off, or ``HealthOptions(...)`` to thin it.
+        layer_scalars: also write every per-layer statistic as a TensorBoard scalar (``xray_stats/...``
+            per frame, ``xray_health/...`` and ``xray_health_epoch/...``), as Xray did before; by default
+            only a few model-level scalars (``xray/grad_norm``, ...) reach the Scalars tab, and the
+            per-layer statistics are plugin data, drawn by the Xray tab.
     """
 
     def __init__(
@@ -78,10 +82,14 @@ class Xray(HealthMixin, ReadBackMixin):
         dtype: Union[str, torch.dtype] = "float32",
         budget_bytes: int = DEFAULT_BUDGET_BYTES,
         health: Union[bool, HealthOptions] = True,
+        layer_scalars: bool = False,
     ):
         arguments.model(model)
         logdir, writer = arguments.logdir(logdir), arguments.writer(writer)
         arguments.optimizer(optimizer)
+        if not isinstance(layer_scalars, bool):
+            raise TypeError(f"layer_scalars= must be True or False, got {type(layer_scalars).__name__} {layer_scalars!r}")
+        self._layer_scalars = layer_scalars
         selector = arguments.selector(selector)
         if logdir is not None and writer is not None:
             raise ValueError("give either logdir= or writer=, not both")
@@ -124,7 +132,7 @@ class Xray(HealthMixin, ReadBackMixin):
             self._resources.step_hook = optimizer.register_step_post_hook(step_counter(weakref.ref(self)))
         self._sink.add(metadata.json_summary(metadata.ARCHITECTURE_TAG, self.architecture), step=0)
         self._install(*first_plan)
-        self._start_health(health, optimizer)
+        self._start_health(health, optimizer, layer_scalars)
 
     @property
     def _sink(self) -> EventSink:
@@ -287,6 +295,7 @@ class Xray(HealthMixin, ReadBackMixin):
             storage_dtype=self._storage_dtype,
             budget_bytes=self._budget,
             run_id=self.run_id,
+            layer_scalars=self._layer_scalars,
         )
         wall_time = time.time()
         result = capture(context, step, wall_time)

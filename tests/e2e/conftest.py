@@ -1,7 +1,7 @@
 """Fixtures for the browser end-to-end tests: a logdir written by ``examples/digits.py`` plus a few small
 runs recorded here by the real recorder (non-finite weights, a very wide output, runs to switch to and
-to rewrite), a real ``tensorboard`` subprocess serving it, and the system's headless Chromium driven
-by Playwright.
+to rewrite, and the training-health runs of ``health_runs.py``), a real ``tensorboard`` subprocess
+serving it, and the system's headless Chromium driven by Playwright.
 
 Chromium must be the system one at /usr/bin/chromium (``make browser`` installs it); these fixtures
 never download a browser, and fail (not skip) when it is missing.
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e import health_runs
 from tests.tensorboard_server import free_port, get_json, stop, tensorboard
 
 REPO = Path(__file__).resolve().parents[2]
@@ -139,6 +140,7 @@ def xray_logdir(tmp_path_factory) -> Path:
         record_wide(logdir / WIDE)
         record_small(logdir / SMALL, seed=1)
         record_small(logdir / REWRITE, seed=2)
+        health_runs.record_all(logdir)  # health_dead, health_nan, health_spike (about 3 s)
         try:
             stdout, stderr = process.communicate(timeout=TRAIN_TIMEOUT_S)
         except subprocess.TimeoutExpired:

@@ -13,10 +13,24 @@ from tensorboard.util import tensor_util
 from torch import nn
 
 from tb_plugin import health_metadata
+from xray_tb.health import reading
 
 
 def scalars(logdir) -> dict[tuple[str, str], dict[int, float]]:
-    """``{(layer, stat): {step: value}}`` of every ``xray_health/`` scalar, read with TensorBoard's loader."""
+    """``{(layer, stat): {step: value}}`` of every present value of every health series (plugin data)."""
+    stats = {stat for tag in values_by_tag(logdir, health_metadata.SERIES_PREFIX) if (stat := health_metadata.parse_series_tag(tag))}
+    found: dict = {}
+    for stat in stats:
+        layers, steps, values, present = reading.series(str(logdir), stat)
+        for row, layer in enumerate(layers):
+            cells = np.flatnonzero(present[row])
+            if cells.size:
+                found[(layer, stat)] = {int(steps[c]): float(values[row, c]) for c in cells}
+    return found
+
+
+def layer_scalars(logdir) -> dict[tuple[str, str], dict[int, float]]:
+    """``{(layer, stat): {step: value}}`` of every ``xray_health/`` scalar (``layer_scalars=True``)."""
     found: dict = {}
     for path in sorted(glob.glob(os.path.join(str(logdir), "events.out.tfevents.*"))):
         for event in EventFileLoader(path).Load():

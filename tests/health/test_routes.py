@@ -110,4 +110,5 @@ def test_both_loaders_serve_health_and_findings(tmp_path, loader):
     assert health["steps"] == list(range(STEPS)) and health["layers"] == ["0", "2", "4"]
     np.testing.assert_array_equal(matrix(health), open_run(tmp_path / "logs" / "run").health("grad_l1")[2])
     assert ("nonfinite", "2", 20) in [(f["rule"], f["layer"], f["step"]) for f in findings["findings"]]
-    assert "xray_health/0/grad_l2" in scalar_tags  # in the Scalars tab, next to the loss
+    assert "xray/grad_norm" in scalar_tags  # in the Scalars tab, next to the loss
+    assert not [tag for tag in scalar_tags if tag.startswith(("xray_health", "xray_stats/"))]  # layer_scalars=False

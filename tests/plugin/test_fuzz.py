@@ -41,10 +41,13 @@ ROUTE_PARAMS_OF_OTHER_TABS = {
     "/frame_bin": ("run", "layer", "kind", "step"),
     "/ranges": ("run", "layer"),
     "/gif": ("run", "layer", "kind", "fps", "max_frames"),
-    "/health": ("run", "stat"),
+    "/health": ("run", "stat", "columns"),
     "/findings": ("run",),
+    "/health_layer": ("run", "layer", "columns"),
+    "/health_vector": ("run", "stat", "layer", "step"),
+    "/prune": ("run",),
 }
-ALL_PARAMS = ("run", "layer", "kind", "step", "fps", "max_frames", "stat", "limit")
+ALL_PARAMS = ("run", "layer", "kind", "step", "fps", "max_frames", "stat", "limit", "columns")
 METHODS = ("POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD")
 TRAVERSALS = [
     "../xray_plugin.py", "..%2fxray_plugin.py", "%2e%2e/%2e%2e/README.md", "%2e%2e%2f%2e%2e%2fpyproject.toml", "....//....//etc/passwd",
@@ -156,6 +159,8 @@ def real_values(logdir: Path) -> dict[str, list]:
         "step": ["0", "1", "2", "10", "20", "50"],
         "fps": ["1", "4", "30", "0", "31"],
         "max_frames": ["1", "2", "0", "501"],  # small: a GIF frame takes a tenth of a second to draw
+        "stat": ["grad_l2", "grad_mean", "dead_fraction", "channel_var", "dead"],
+        "columns": ["1", "3", "800", "0", "20001"],
     }
 
 

@@ -111,7 +111,7 @@ def test_statistics_are_scalars_over_the_whole_tensor(model, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     x, y = batch()
-    with Xray(model, x, logdir=str(tmp_path), plan={"conv": {"weight": True}}) as xray:
+    with Xray(model, x, logdir=str(tmp_path), plan={"conv": {"weight": True}}, layer_scalars=True) as xray:
         train_step(model, x, y)
         with torch.no_grad():
             model.conv.weight[0, 0, 0, 0] = float("nan")
@@ -128,7 +128,7 @@ def test_statistics_values(model, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     x, y = batch()
-    with Xray(model, x, logdir=str(tmp_path), plan={"fc1": {"weight": True}}) as xray:
+    with Xray(model, x, logdir=str(tmp_path), plan={"fc1": {"weight": True}}, layer_scalars=True) as xray:
         xray.take_graphs(0)
     scalars = EventAccumulator(str(tmp_path)).Reload()
     weight = model.fc1.weight.detach()

@@ -21,7 +21,7 @@ from tensorboard.compat.proto import event_pb2
 from torch import nn
 from torch.nn import functional as F
 
-from tb_plugin import metadata
+from tb_plugin import frame_stats, metadata
 from tests.damaged_files import DAMAGES, FOOTER, HEADER, damage_file, pack_record, record_spans, with_payload
 from tests.tensorboard_server import get_json, tensorboard
 from xray_tb import Xray
@@ -263,10 +263,8 @@ def test_a_frame_that_does_not_decode_is_skipped_and_the_rest_of_its_capture_rea
 
 def test_a_statistic_or_document_that_does_not_decode_is_skipped(tmp_path, recording):
     def break_stat_and_add_bad_plan(event):
-        stat = next(value for value in event.summary.value if value.tag == metadata.stat_tag("0", "weight", "mean"))
-        stat.ClearField("simple_value")
-        stat.tensor.dtype = 7  # a string tensor: not a number
-        stat.tensor.string_val.append(b"x")
+        stat = next(value for value in event.summary.value if value.tag == frame_stats.FRAME_STATS_TAG)
+        stat.tensor.string_val[1] = b"not npy"
         event.summary.MergeFrom(metadata.json_summary(metadata.PLAN_TAG, {}))
         event.summary.value[-1].tensor.string_val[0] = b"{not json"
 
@@ -275,15 +273,13 @@ def test_a_statistic_or_document_that_does_not_decode_is_skipped(tmp_path, recor
     run, messages = open_run_warnings(tmp_path / "run")
     assert_read_exactly(run, recording.truth, STEPS)
     assert len(messages) == 1 and f"record at byte {start}" in messages[0]
-    assert "'xray_stats/0/weight/mean' (not a number)" in messages[0] and "'xray/meta/plan' (not JSON)" in messages[0]
+    assert "'xray/frame_stats' (not frame statistics)" in messages[0] and "'xray/meta/plan' (not JSON)" in messages[0]
     healthy = open_run(write_run(tmp_path / "healthy", recording, recording.data).parent)
     assert run.plan == healthy.plan  # the earlier, readable plan stays current
     pytest.importorskip("pandas")
     table, healthy_table = (r.to_pandas().set_index(["step", "layer", "kind"]) for r in (run, healthy))
-    assert np.isnan(table.loc[(DAMAGED_STEP, "0", "weight"), "mean"])  # the only value lost
-    assert table.drop(columns="mean").equals(healthy_table.drop(columns="mean"))
-    broken = (DAMAGED_STEP, "0", "weight")
-    assert table["mean"].drop(index=broken).equals(healthy_table["mean"].drop(index=broken))
+    assert DAMAGED_STEP not in table.index.get_level_values("step")  # that capture's statistics alone are lost
+    assert table.equals(healthy_table.drop(index=DAMAGED_STEP, level="step"))
 
 
 @pytest.mark.parametrize(

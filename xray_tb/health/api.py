@@ -30,7 +30,8 @@ class HealthMixin:
 
     _health: Optional[HealthMonitor] = None
 
-    def _start_health(self, health: Union[bool, HealthOptions, None], optimizer: Optional[torch.optim.Optimizer]) -> None:
+    def _start_health(self, health: Union[bool, HealthOptions, None], optimizer: Optional[torch.optim.Optimizer],
+                      layer_scalars: bool = False) -> None:
         options = as_options(health)
         if options is None:
             return
@@ -40,7 +41,8 @@ class HealthMixin:
             xray = ref()  # with a probe, captures run on the probe batch: no activation statistics by default
             return xray is not None and xray._probe is None and xray.is_due(step)
 
-        monitor = HealthMonitor(self._model, self._graph, self.architecture, options, self._resources.sink, capture_due, self._next_step)
+        monitor = HealthMonitor(self._model, self._graph, self.architecture, options, self._resources.sink, capture_due, self._next_step,
+                                layer_scalars=layer_scalars)
         if optimizer is not None:
 
             def iteration(step: int) -> None:  # inside the user's optimizer.step(): never raises

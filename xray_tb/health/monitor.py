@@ -5,7 +5,9 @@ gradients (:mod:`xray_tb.health.sentinel`); on measured iterations the per-itera
 gradients on their device into one row; at health steps the activation families read the activations
 that the monitor's own forward hooks kept (armed for health steps only). Rows reach the host in blocks
 (at captures, every ``flush_every`` iterations, when a result is asked for, and at close), where the
-first non-finite value is located, the rules are run and everything is written.
+first non-finite value is located, the rules are run and everything is written: the full series and
+vectors as plugin data, a few model-level scalars and the prune plan (:mod:`xray_tb.health.model_scalars`),
+and the per-layer scalars only with ``layer_scalars``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from torch import nn
 from tb_plugin import health_metadata
 from xray_tb.activations import recompute
 from xray_tb.graph import Graph
-from xray_tb.health import nonfinite, writing
+from xray_tb.health import model_scalars, nonfinite, writing
 from xray_tb.health.buffer import Block, RowBuffer
 from xray_tb.health.epochs import EpochAccumulator
 from xray_tb.health.findings import FindingBook, NonFinite
@@ -43,8 +45,11 @@ from xray_tb.writer import EventSink
 
 class HealthMonitor:
     def __init__(self, model: nn.Module, graph: Graph, architecture: dict, options: HealthOptions, sink: EventSink,
-                 capture_due: Callable[[int], bool], first_step: int = 0):
+                 capture_due: Callable[[int], bool], first_step: int = 0, layer_scalars: bool = False):
         self.options = options
+        self.layer_scalars = layer_scalars
+        self._last_step = int(first_step)  # the step of the latest iteration
+        self._prune_plan = model_scalars.PrunePlan()
         self.scope = scope = Scope(model, graph, architecture)
         self._sink = sink
         self._capture_due = capture_due
@@ -87,6 +92,7 @@ class HealthMonitor:
         Runs on every training step: an iteration that is not measured costs a few comparisons."""
         index = self._iterations
         self._iterations = index + 1
+        self._last_step = step
         self._recorder.claim()  # the thread that trains is the one whose forwards are kept
         weights = self._weights
         grads = [weight.grad for weight in weights]
@@ -201,26 +207,27 @@ class HealthMonitor:
             located = self.first_nonfinite is not None
         if iterations is None and activations is None and not vectors and not located:
             return
-        series = _series(iterations, self.iteration_families)
-        activation_series = _series(activations, self.activation_families)
+        series = writing.block_series(iterations, self.iteration_families)
+        activation_series = writing.block_series(activations, self.activation_families)
         self._judge(iterations, series, activations, activation_series)
         for stat, entry in series.items():
             self._epochs.add(stat, entry.layers, entry.values, entry.absent)
-        events = []
+        events = model_scalars.model_scalar_events(iterations, series, activations, activation_series)
         for block, block_series in ((iterations, series), (activations, activation_series)):
             if block is not None and block_series:
-                events += writing.scalar_events(block.steps, block.walls, block_series)
+                if self.layer_scalars:
+                    events += writing.scalar_events(block.steps, block.walls, block_series)
                 events.append(writing.series_event(block.steps, float(block.walls[0]), block_series))
-        for step, wall, by_stat in vectors:
-            for stat, (layers, tensors) in by_stat.items():
-                kept = [(name, t) for name, t in zip(layers, tensors) if t is not None]
-                if kept:
-                    arrays = [t.float().cpu().numpy() for _, t in kept]
-                    events.append(writing.vector_event(step, wall, stat, [name for name, _ in kept], arrays))
+        vector_events, dead_vectors = writing.vector_events(vectors)
+        events += vector_events
+        now = time.time()
+        plan = self._prune_plan.event({layer.name: layer for layer in self.scope.activations}, dead_vectors, self._last_step, now)
+        if plan is not None:
+            events.append(plan)
         if self._book.changed:
             findings = [finding.to_dict() for finding in self._book.findings()]
-            events.append(event_pb2.Event(step=self._findings_version, wall_time=time.time(),
-                                                  summary=health_metadata.findings_summary(findings)))
+            events.append(event_pb2.Event(step=self._findings_version, wall_time=now, summary=health_metadata.findings_summary(findings)))
+            events.append(model_scalars.findings_count_event(self._last_step, now, len(findings)))
             self._findings_version += 1
             self._book.written()
         for event in events:
@@ -275,7 +282,9 @@ class HealthMonitor:
         self.flush()
         moments = self._epochs.close_epoch()
         if moments:
-            self._sink.add_event(writing.epoch_event(self._epoch, time.time(), moments))
+            self._sink.add_event(writing.epochs_event(self._epoch, time.time(), moments))
+            if self.layer_scalars:
+                self._sink.add_event(writing.epoch_event(self._epoch, time.time(), moments))
             self._sink.flush()
         self._epoch += 1
         return moments
@@ -317,16 +326,3 @@ class HealthMonitor:
 
 def _first(value) -> Optional[torch.Tensor]:
     return None if value is None or not value.outputs else next(iter(value.outputs.values()))
-
-
-def _series(block: Optional[Block], families: list) -> dict[str, writing.Series]:
-    """The written statistics of ``families`` over ``block``: ``{stat: Series}``."""
-    if block is None:
-        return {}
-    out = {}
-    for index, family in enumerate(families):
-        columns = {column: block.columns[(index, column)] for column in family.columns}
-        absent = np.logical_or.reduce([block.absent[(index, column)] for column in family.columns]) if family.columns else None
-        for stat, values in family.finalize(columns).items():
-            out[stat] = writing.Series(list(family.layers), values, absent)
-    return out

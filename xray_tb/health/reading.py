@@ -35,9 +35,9 @@ def findings(logdir: str) -> list[Finding]:
     return [] if latest is None else [Finding.from_dict(item) for item in health_metadata.decode_findings(latest[1])]
 
 
-def series(logdir: str, stat: str) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """``(layers, steps, values)`` of a statistic's full series: values is layers × steps, NaN where a
-    layer has no value at a step."""
+def series(logdir: str, stat: str) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """``(layers, steps, values, present)`` of a statistic's full series: values is layers × steps,
+    NaN where a layer has no value at a step (``present`` False there)."""
     tag = health_metadata.series_tag(stat)
     blocks = [health_metadata.decode_series(blobs) for _, value in _values(logdir) if value.tag == tag and (blobs := _blobs(value))]
     return health_metadata.merge_blocks(blocks)

@@ -5,7 +5,8 @@ fills, over the health steps seen so far). ``dead_fraction`` is the share of a l
 Each health step keeps, on the device, the largest activation of every unit (a row of a ring of
 ``window`` rows, written in place); a unit is dead at a threshold when the largest of those over the
 window is at or below it, so :meth:`DeadUnits.dead` answers for any threshold without recomputing
-anything.
+anything. The dead mask of each health step is also kept for the ``dead`` per-unit vector
+(:meth:`DeadUnits.vectors`, 1.0 for a dead unit), brought to the host with the other vectors at flush.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class DeadUnits(ActivationStatistic):
         self.threshold = threshold
         self._window = window
         self._rings: list[Optional[_Ring]] = [None] * len(layers)
+        self._last: list[Optional[torch.Tensor]] = [None] * len(layers)
 
     def compute(self, values: list[ActivationValue], nan: torch.Tensor) -> dict[str, list[torch.Tensor]]:
         fractions = []
@@ -38,8 +40,13 @@ class DeadUnits(ActivationStatistic):
                 if ring is None or ring.units != units or ring.rows.device != tensor.device:
                     ring = self._rings[i] = _Ring(self._window, units, tensor.device)
                 ring.add(tensor, [d for d in range(tensor.dim()) if d != dim])
-            fractions.append(None if ring is None else torch.mean(ring.maxima() <= self.threshold, dtype=torch.float32))
+            mask = None if ring is None else ring.maxima() <= self.threshold
+            self._last[i] = mask
+            fractions.append(None if mask is None else torch.mean(mask, dtype=torch.float32))
         return {"dead_fraction": fractions}
+
+    def vectors(self) -> dict[str, list[Optional[torch.Tensor]]]:
+        return {"dead": list(self._last)}
 
     def dead(self, threshold: Optional[float] = None) -> dict[str, list[int]]:
         """``{layer: sorted dead unit indices}`` for layers with at least one dead unit (one host sync)."""
@@ -54,7 +61,8 @@ class DeadUnits(ActivationStatistic):
 
     def reset(self, layer: str) -> None:
         """Forget what was seen of ``layer`` (its units changed, e.g. by pruning)."""
-        self._rings[self.layers.index(layer)] = None
+        index = self.layers.index(layer)
+        self._rings[index] = self._last[index] = None
 
 
 class _Ring:

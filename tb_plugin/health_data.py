@@ -1,0 +1,72 @@
+"""Reading training-health plugin data through a :class:`tb_plugin.series.SeriesReader`, with the merged
+matrix of each (run, statistic) cached until TensorBoard's data provider reports the tag changed
+(its max step, max wall time or length), so a warm ``/health`` decodes nothing."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+from typing import Optional
+
+import numpy as np
+from tensorboard import errors
+
+from tb_plugin import health_metadata
+
+_CACHED = 64  # merged matrices kept (runs × statistics)
+
+
+@dataclasses.dataclass(frozen=True)
+class Matrix:
+    """One statistic of a run: ``values`` and ``present`` are layers × steps (NaN where absent)."""
+
+    layers: list[str]
+    steps: np.ndarray
+    values: np.ndarray
+    present: np.ndarray
+
+
+class HealthData:
+    def __init__(self, reader):
+        self.reader = reader
+        self._cache: collections.OrderedDict = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def recorded(self, ctx, experiment_id: str, run: str) -> tuple[dict, list[str]]:
+        """The run's Xray tags and its recorded health statistics, sorted (404 when it has no Xray data)."""
+        tags = self.reader.run_tags(ctx, experiment_id, run)
+        return tags, sorted(s for tag in tags if (s := health_metadata.parse_series_tag(tag)))
+
+    def matrix(self, ctx, experiment_id: str, run: str, stat: str, tags: dict) -> Matrix:
+        """The merged series of ``stat`` (which must be in ``tags``), from the cache when unchanged."""
+        tag = health_metadata.series_tag(stat)
+        listed = tags[tag]
+        version = (getattr(listed, "max_step", None), getattr(listed, "max_wall_time", None), getattr(listed, "max_length", None))
+        key = (experiment_id, run, stat)
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None and hit[0] == version:
+                self._cache.move_to_end(key)
+                return hit[1]
+        blocks = [health_metadata.decode_series(written.blobs) for written in self.reader.all_last_writes(ctx, experiment_id, run, tag)]
+        merged = Matrix(*health_metadata.merge_blocks(blocks))
+        for array in (merged.steps, merged.values, merged.present):
+            array.setflags(write=False)  # shared between requests
+        with self._lock:
+            self._cache[key] = (version, merged)
+            self._cache.move_to_end(key)
+            while len(self._cache) > _CACHED:
+                self._cache.popitem(last=False)
+        return merged
+
+    def latest_blob(self, ctx, experiment_id: str, run: str, tag: str, tags: dict) -> Optional[tuple[int, list[bytes]]]:
+        """``(step, blobs)`` written last to ``tag``; None when the run has no such tag."""
+        if tag not in tags:
+            return None
+        written = self.reader.latest(ctx, experiment_id, run, tag)
+        return None if written is None else (written.step, written.blobs)
+
+
+def no_health(run: str) -> errors.NotFoundError:
+    return errors.NotFoundError(f"run {run!r} has no training-health statistics (recorded with health=False?)")
