@@ -35,6 +35,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=20000)
     parser.add_argument("--logdir", type=Path, default=None)
+    parser.add_argument("--settle", type=float, default=20.0, help="seconds to let TensorBoard finish loading the run first")
     args = parser.parse_args()
     logdir = args.logdir or Path(tempfile.mkdtemp(prefix="xray_health_bench_"))
     run = logdir / "health"
@@ -45,6 +46,7 @@ def main() -> None:
     for loader, extra in LOADERS.items():
         with tensorboard(sys.executable, logdir, cwd=logdir, extra=[*extra, "--reload_interval=0"], timeout=300) as url:
             base = f"{url}/data/plugin/xray"
+            time.sleep(args.settle)  # the Python loader keeps reading the run after the plugin is listed
             first = time.perf_counter()
             urllib.request.urlopen(f"{base}/health?run=health&stat=grad_l2&columns=800", timeout=300).read()
             cold = (time.perf_counter() - first) * 1000

@@ -51,6 +51,7 @@ def arrival_ms(page, frame, condition: str) -> float:
 def measure_health(page, url: str, run: str, steps_run: str, switches: int) -> dict:
     """The health measures, in ms: ``run`` is the long health run, ``steps_run`` one with many captures."""
     results = {}
+    page.goto("about:blank")  # a new document each time: a changed hash alone does not reload the tab
     page.goto(f"{url}/#xray&p.xray.run={run}&p.xray.view=health&p.xray.stat=grad_l2")  # warm the run's read once
     page.frame_locator(IFRAME).locator(f'[data-view=health] [data-run="{run}"][data-steps]').first.wait_for(timeout=60_000)
 
@@ -76,6 +77,7 @@ def measure_health(page, url: str, run: str, steps_run: str, switches: int) -> d
     )
     results["health matrix opened (click to painted)"] = opened["ms"]
 
+    page.goto("about:blank")
     page.goto(f"{url}/#xray&p.xray.run={steps_run}&p.xray.view=graph&p.xray.stat=grad_l2")
     frame = page.wait_for_selector(IFRAME).content_frame()
     frame.wait_for_selector("[data-view=graph][data-state=ready] [data-value]", timeout=60_000)

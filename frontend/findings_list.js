@@ -14,13 +14,15 @@ export const SEVERE_RULES = ['nonfinite', 'exploding_gradient'];
 /** @typedef {import('./health_api.js').Finding & {run: string}} RunFinding */
 
 /**
- * Severe findings first, then by step, run and layer.
+ * Severe findings first, then the main run's before the compared runs', then by step and layer.
  * @param {RunFinding[]} findings
+ * @param {string[]} [runs]  The shown runs, main run first.
  * @returns {RunFinding[]}
  */
-export function sortFindings(findings) {
+export function sortFindings(findings, runs = []) {
   const rank = (f) => { const i = SEVERE_RULES.indexOf(f.rule); return i < 0 ? SEVERE_RULES.length : i; };
-  return findings.slice().sort((a, b) => rank(a) - rank(b) || a.step - b.step || a.run.localeCompare(b.run) || a.layer.localeCompare(b.layer));
+  const order = (f) => { const i = runs.indexOf(f.run); return i < 0 ? runs.length : i; };
+  return findings.slice().sort((a, b) => rank(a) - rank(b) || order(a) - order(b) || a.step - b.step || a.layer.localeCompare(b.layer));
 }
 
 export class FindingsList {
@@ -56,7 +58,7 @@ export class FindingsList {
     if (seq !== this.seq) return;
     const all = [];
     results.forEach((found, i) => { if (found) for (const f of found) all.push({ ...f, run: runs[i] }); });
-    this.findings = sortFindings(all);
+    this.findings = sortFindings(all, runs);
     const signature = JSON.stringify([runs, results.map((r) => r !== null), this.findings]);
     if (signature === this.signature) return;
     this.signature = signature;

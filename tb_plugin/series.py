@@ -16,7 +16,9 @@ within a file. TensorBoard's two loaders resolve it differently, and this module
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import functools
 from typing import Any, Optional
 
 import numpy as np
@@ -26,6 +28,9 @@ from tensorboard.data import provider
 from tensorboard.util import tensor_util
 
 from tb_plugin import metadata, run_names
+
+#: Blob reads in flight at once when a whole series is read (each is a round trip to the data server).
+BLOB_READERS = 8
 
 _MAX_STEPS = 1_000_000  # points per series asked from the data provider: every captured step
 
@@ -104,7 +109,11 @@ class SeriesReader:
             by_step = {event.step: event for event in _events(self._multiplexer, run, tag)}  # a later write replaces
             return [_from_event(by_step[step]) for step in sorted(by_step)]
         by_step = {datum.step: datum for datum in self.read(ctx, experiment_id, run, [tag]).get(tag, [])}
-        return [written for step in sorted(by_step) if (written := self._fetch(ctx, run, tag, by_step[step])) is not None]
+        data = [by_step[step] for step in sorted(by_step)]
+        # Blob reads are round trips to the data server: a few at a time overlap their waits.
+        fetch = functools.partial(self._fetch, ctx, run, tag)
+        fetched = _blob_readers().map(fetch, data) if len(data) > 1 else map(fetch, data)
+        return [written for written in fetched if written is not None]
 
     def _fetch(self, ctx, run: str, tag: str, datum) -> Optional[Written]:
         if datum is None:
@@ -112,6 +121,12 @@ class SeriesReader:
         with run_names.explain_unreadable(run, tag):
             blobs = [self._provider.read_blob(ctx, blob_key=ref.blob_key) for ref in datum.values]
         return Written(datum.step, datum.wall_time, blobs)
+
+
+@functools.lru_cache(maxsize=1)
+def _blob_readers() -> concurrent.futures.ThreadPoolExecutor:
+    """Threads that read blobs from TensorBoard's data server concurrently (made once, on first use)."""
+    return concurrent.futures.ThreadPoolExecutor(max_workers=BLOB_READERS, thread_name_prefix="xray-blobs")
 
 
 def _events(multiplexer, run: str, tag: str) -> list:
