@@ -12,12 +12,10 @@ import base64
 from typing import Any
 
 import numpy as np
-from tensorboard import errors, plugin_util
+from tensorboard import errors
 
-from tb_plugin import bias_metadata, params, responses
+from tb_plugin import bias_metadata, params, responses, routes_common
 from tb_plugin.series import SeriesReader
-
-_LISTED = 20  # names or steps an error message lists at most
 
 
 def apps(series: SeriesReader) -> dict[str, Any]:
@@ -43,13 +41,13 @@ class BiasRoutes:
 
     @responses.json_route
     def evaluations_route(self, request):
-        return self.evaluations_impl(*_context(request), params.required_str(request.args, "run"))
+        return self.evaluations_impl(*routes_common.context(request), params.required_str(request.args, "run"))
 
     @responses.json_route
     def result_route(self, request):
         args = request.args
         return self.result_impl(
-            *_context(request),
+            *routes_common.context(request),
             params.required_str(args, "run"),
             params.required_str(args, "evaluation"),
             params.required_int(args, "step"),
@@ -59,14 +57,14 @@ class BiasRoutes:
     def series_route(self, request):
         args = request.args
         return self.series_impl(
-            *_context(request), params.required_str(args, "run"), params.required_str(args, "evaluation")
+            *routes_common.context(request), params.required_str(args, "run"), params.required_str(args, "evaluation")
         )
 
     @responses.json_route
     def examples_route(self, request):
         args = request.args
         return self.examples_impl(
-            *_context(request),
+            *routes_common.context(request),
             params.required_str(args, "run"),
             params.required_str(args, "evaluation"),
             params.required_int(args, "step"),
@@ -176,7 +174,7 @@ class BiasRoutes:
         tags = self._bias_tags(ctx, experiment_id, run)
         if evaluation not in tags or "result" not in tags[evaluation]:
             names = sorted(name for name, parts in tags.items() if "result" in parts)
-            listed = _listing(names) if names else "none (run xray.attention_iou(...) to write one)"
+            listed = routes_common.listing(names) if names else "none (run xray.attention_iou(...) to write one)"
             raise errors.NotFoundError(f"run {run!r} has no bias evaluation {evaluation!r}; evaluations: {listed}")
         if part not in tags[evaluation]:
             raise errors.NotFoundError(f"bias evaluation {evaluation!r} of run {run!r} has no {part}")
@@ -188,15 +186,6 @@ class BiasRoutes:
             steps = self._series.steps(ctx, experiment_id, run, [tag])[tag]
             raise errors.NotFoundError(
                 f"bias evaluation {evaluation!r} of run {run!r} was not written at step {step}; "
-                f"steps: {_listing(steps)}"
+                f"steps: {routes_common.listing(steps)}"
             )
         return written
-
-
-def _listing(items: list) -> str:
-    shown = ", ".join(str(item) for item in items[:_LISTED])
-    return shown + (f", ... ({len(items)} in all)" if len(items) > _LISTED else "")
-
-
-def _context(request) -> tuple:
-    return plugin_util.context(request.environ), plugin_util.experiment_id(request.environ)

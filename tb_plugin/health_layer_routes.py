@@ -14,9 +14,9 @@ from typing import Any
 
 from tensorboard import errors
 
-from tb_plugin import health_metadata, params, responses
+from tb_plugin import health_metadata, params, responses, routes_common
 from tb_plugin.health_data import HealthData, no_health
-from tb_plugin.health_routes import _context, binned, columns_param, stat_param
+from tb_plugin.health_routes import binned, columns_param, stat_param
 
 
 def apps(data: HealthData) -> dict:
@@ -37,18 +37,18 @@ class LayerRoutes:
     @responses.json_route
     def layer_route(self, request):
         args = request.args
-        return self.layer_impl(*_context(request), run=params.required_str(args, "run"), layer=params.required_str(args, "layer"),
+        return self.layer_impl(*routes_common.context(request), run=params.required_str(args, "run"), layer=params.required_str(args, "layer"),
                                columns=columns_param(args))
 
     @responses.json_route
     def vector_route(self, request):
         args = request.args
-        return self.vector_impl(*_context(request), run=params.required_str(args, "run"), stat=stat_param(args),
+        return self.vector_impl(*routes_common.context(request), run=params.required_str(args, "run"), stat=stat_param(args),
                                 layer=params.required_str(args, "layer"), step=params.required_int(args, "step"))
 
     @responses.json_route
     def prune_route(self, request):
-        return self.prune_impl(*_context(request), run=params.required_str(request.args, "run"))
+        return self.prune_impl(*routes_common.context(request), run=params.required_str(request.args, "run"))
 
     def layer_impl(self, ctx, experiment_id: str, *, run: str, layer: str, columns=None) -> dict[str, Any]:
         tags, recorded = self._data.recorded(ctx, experiment_id, run)

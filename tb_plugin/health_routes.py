@@ -15,9 +15,9 @@ import base64
 from typing import Any, Optional
 
 import numpy as np
-from tensorboard import errors, plugin_util
+from tensorboard import errors
 
-from tb_plugin import health_binning, health_metadata, params, responses
+from tb_plugin import health_binning, health_metadata, params, responses, routes_common
 from tb_plugin.health_data import HealthData, no_health
 
 MAX_COLUMNS = 20000
@@ -64,11 +64,11 @@ class HealthRoutes:
     @responses.json_route
     def health_route(self, request):
         args = request.args
-        return self.health_impl(*_context(request), run=params.required_str(args, "run"), stat=stat_param(args), columns=columns_param(args))
+        return self.health_impl(*routes_common.context(request), run=params.required_str(args, "run"), stat=stat_param(args), columns=columns_param(args))
 
     @responses.json_route
     def findings_route(self, request):
-        return self.findings_impl(*_context(request), run=params.required_str(request.args, "run"))
+        return self.findings_impl(*routes_common.context(request), run=params.required_str(request.args, "run"))
 
     def health_impl(self, ctx, experiment_id: str, *, run: str, stat: str, columns: Optional[int] = None) -> dict[str, Any]:
         tags, recorded = self._data.recorded(ctx, experiment_id, run)
@@ -97,7 +97,3 @@ class HealthRoutes:
         tags = self._data.reader.run_tags(ctx, experiment_id, run)
         latest = self._data.latest_blob(ctx, experiment_id, run, health_metadata.FINDINGS_TAG, tags)
         return {"run": run, "findings": [] if latest is None else health_metadata.decode_findings(latest[1][0])}
-
-
-def _context(request) -> tuple:
-    return plugin_util.context(request.environ), plugin_util.experiment_id(request.environ)

@@ -21,7 +21,7 @@ from typing import Optional
 from tensorboard import errors
 from tensorboard.backend.event_processing import data_provider as multiplexer_provider
 
-from tb_plugin import metadata, run_names, series
+from tb_plugin import metadata, routes_common, run_names, series
 
 _MAX_RUNS = 256  # indexes kept; the least recently built go first
 
@@ -90,7 +90,7 @@ class RunIndex:
         if found is None:
             recorded = index.layers()
             if layer not in recorded:
-                raise errors.NotFoundError(f"run {run!r} has no layer {layer!r}; recorded layers: {_listing(recorded)}")
+                raise errors.NotFoundError(f"run {run!r} has no layer {layer!r}; recorded layers: {routes_common.listing(recorded)}")
             raise errors.NotFoundError(f"layer {layer!r} of run {run!r} has no {kind!r} frames")
         return found
 
@@ -99,7 +99,7 @@ class RunIndex:
         found = self.series_of(ctx, experiment_id, run, layer, kind)
         datum = found.data.get(step)
         if datum is None:
-            raise errors.NotFoundError(f"{layer!r} {kind!r} was not recorded at step {step}; recorded steps: {_listing(found.steps)}")
+            raise errors.NotFoundError(f"{layer!r} {kind!r} was not recorded at step {step}; recorded steps: {routes_common.listing(found.steps)}")
         written = self.read(ctx, experiment_id, run, found.tag, datum)
         if written is None:  # gone since the index was built
             raise errors.NotFoundError(f"{layer!r} {kind!r} at step {step} of run {run!r} is no longer there; reload")
@@ -112,8 +112,3 @@ class RunIndex:
         with run_names.explain_unreadable(run, tag):
             blobs = [self._provider.read_blob(ctx, blob_key=ref.blob_key) for ref in datum.values]
         return series.Written(datum.step, datum.wall_time, blobs)
-
-
-def _listing(items: list, limit: int = 20) -> str:
-    shown = ", ".join(str(item) for item in items[:limit])
-    return shown + (f", ... ({len(items)} in all)" if len(items) > limit else "")

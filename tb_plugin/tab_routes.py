@@ -18,11 +18,11 @@ import tempfile
 import threading
 
 import numpy as np
-from tensorboard import errors, plugin_util
+from tensorboard import errors
 from tensorboard.data import provider
 from werkzeug import wrappers
 
-from tb_plugin import frame_stats, frame_transport, metadata, params, responses, run_index
+from tb_plugin import frame_stats, frame_transport, metadata, params, responses, routes_common, run_index
 
 _GIF_FPS = range(1, 31)
 _GIF_FRAMES = range(1, 501)
@@ -45,7 +45,7 @@ class TabRoutes:
     def frame_bin_route(self, request):
         args = request.args
         body = self.frame_bin_impl(
-            *_context(request),
+            *routes_common.context(request),
             run=params.required_str(args, "run"),
             layer=params.required_str(args, "layer"),
             kind=params.one_of(args, "kind", metadata.KINDS),
@@ -62,7 +62,7 @@ class TabRoutes:
     @responses.json_route
     def ranges_route(self, request):
         args = request.args
-        return self.ranges_impl(*_context(request), run=params.required_str(args, "run"), layer=params.required_str(args, "layer"))
+        return self.ranges_impl(*routes_common.context(request), run=params.required_str(args, "run"), layer=params.required_str(args, "layer"))
 
     def ranges_impl(self, ctx, experiment_id: str, *, run: str, layer: str) -> dict:
         """``{"run", "layer", "ranges": {kind: {"min", "max"} or None}}`` over every recorded step."""
@@ -111,7 +111,7 @@ class TabRoutes:
         fps = _optional_in(args, "fps", 4, _GIF_FPS)
         max_frames = _optional_in(args, "max_frames", 120, _GIF_FRAMES)
         body = self.gif_impl(
-            *_context(request),
+            *routes_common.context(request),
             run=params.required_str(args, "run"),
             layer=params.required_str(args, "layer"),
             kind=params.one_of(args, "kind", metadata.KINDS),
@@ -176,7 +176,3 @@ def _optional_in(args, name: str, default: int, allowed: range) -> int:
 def run_safe(text) -> str:
     """A file-name-safe form of a run or layer name for Content-Disposition."""
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in str(text or ""))[:80] or "xray"
-
-
-def _context(request) -> tuple:
-    return plugin_util.context(request.environ), plugin_util.experiment_id(request.environ)

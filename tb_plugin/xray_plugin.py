@@ -14,10 +14,10 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from tensorboard import errors, plugin_util
+from tensorboard import errors
 from tensorboard.plugins import base_plugin
 
-from tb_plugin import bias_routes, frame_transport, health_routes, metadata, params, responses, series, tab_routes
+from tb_plugin import bias_routes, frame_transport, health_routes, metadata, params, responses, routes_common, series, tab_routes
 
 
 def _static_root() -> Path:
@@ -62,25 +62,25 @@ class XrayPlugin(base_plugin.TBPlugin):
 
     @responses.json_route
     def runs_route(self, request):
-        return self.runs_impl(*_context(request))
+        return self.runs_impl(*routes_common.context(request))
 
     @responses.json_route
     def layers_route(self, request):
-        return self.layers_impl(*_context(request), params.required_str(request.args, "run"))
+        return self.layers_impl(*routes_common.context(request), params.required_str(request.args, "run"))
 
     @responses.json_route
     def architecture_route(self, request):
-        return self.document_impl(*_context(request), params.required_str(request.args, "run"), metadata.ARCHITECTURE_TAG)
+        return self.document_impl(*routes_common.context(request), params.required_str(request.args, "run"), metadata.ARCHITECTURE_TAG)
 
     @responses.json_route
     def plan_route(self, request):
-        return self.document_impl(*_context(request), params.required_str(request.args, "run"), metadata.PLAN_TAG)
+        return self.document_impl(*routes_common.context(request), params.required_str(request.args, "run"), metadata.PLAN_TAG)
 
     @responses.json_route
     def frame_route(self, request):
         args = request.args
         return self.frame_impl(
-            *_context(request),
+            *routes_common.context(request),
             run=params.required_str(args, "run"),
             layer=params.required_str(args, "layer"),
             kind=params.one_of(args, "kind", metadata.KINDS),
@@ -134,12 +134,12 @@ class XrayPlugin(base_plugin.TBPlugin):
         if tag is None:
             recorded = sorted({name for name, _ in frame_tags})
             if layer not in recorded:
-                raise errors.NotFoundError(f"run {run!r} has no layer {layer!r}; recorded layers: {_listing(recorded)}")
+                raise errors.NotFoundError(f"run {run!r} has no layer {layer!r}; recorded layers: {routes_common.listing(recorded)}")
             raise errors.NotFoundError(f"layer {layer!r} of run {run!r} has no {kind!r} frames")
         written = self._series.last_write(ctx, experiment_id, run, tag, step)
         if written is None:
             steps = self._series.steps(ctx, experiment_id, run, [tag])[tag]
-            raise errors.NotFoundError(f"{layer!r} {kind!r} was not recorded at step {step}; recorded steps: {_listing(steps)}")
+            raise errors.NotFoundError(f"{layer!r} {kind!r} was not recorded at step {step}; recorded steps: {routes_common.listing(steps)}")
         header, frame = checked_frame(written.blobs[0], written.blobs[1])
         description, panels = frame_transport.describe_frame(
             header, frame, run=run, layer=layer, kind=kind, step=step, wall_time=written.wall_time
@@ -167,14 +167,6 @@ def _frame_tags(tags) -> dict[tuple[str, str], str]:
     return {parsed: tag for tag in tags if (parsed := metadata.parse_frame_tag(tag))}
 
 
-def _listing(items: list, limit: int = 20) -> str:
-    """``items`` for an error message, at most ``limit`` of them."""
-    shown = ", ".join(str(item) for item in items[:limit])
-    return shown + (f", ... ({len(items)} in all)" if len(items) > limit else "")
-
-
-def _context(request) -> tuple:
-    return plugin_util.context(request.environ), plugin_util.experiment_id(request.environ)
 
 
 class XrayLoader(base_plugin.TBLoader):
