@@ -5,7 +5,7 @@
 * ``/ranges?run&layer``: each recorded kind's value range over every step (the recorder's ``min`` and
   ``max`` statistics, :mod:`tb_plugin.frame_stats`), for a colour scale fixed over the timeline.
 * ``/gif?run&layer&kind[&fps][&max_frames]``: an animated GIF of one kind over the timeline, drawn
-  by the recorder's :func:`xray_tb.views.save_gif` on one colour scale.
+  by :mod:`tb_plugin.gif` with Pillow in the tab's colours, on one colour scale.
 
 Every parameter is validated with :mod:`tb_plugin.params`; errors are JSON 400/404 like every route.
 """
@@ -13,20 +13,16 @@ Every parameter is validated with :mod:`tb_plugin.params`; errors are JSON 400/4
 from __future__ import annotations
 
 import math
-import os
-import tempfile
-import threading
 
 import numpy as np
 from tensorboard import errors
 from tensorboard.data import provider
 from werkzeug import wrappers
 
-from tb_plugin import frame_stats, frame_transport, metadata, params, responses, routes_common, run_index
+from tb_plugin import frame_stats, frame_transport, gif, metadata, params, responses, routes_common, run_index
 
 _GIF_FPS = range(1, 31)
 _GIF_FRAMES = range(1, 501)
-_GIF_LOCK = threading.Lock()  # pyplot is not thread-safe
 _MAX_POINTS = 1_000_000
 
 
@@ -135,32 +131,7 @@ class TabRoutes:
                 frames.append((metadata.FrameHeader.from_json(written.blobs[0]), metadata.decode_array(written.blobs[1])))
         if not frames:
             raise errors.NotFoundError(f"{layer!r} {kind!r} of run {run!r} has no frames left; reload")
-        return _draw_gif(frames, fps)
-
-
-def _draw_gif(frames, fps: int) -> bytes:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        from xray_tb import views
-    except ImportError as error:
-        raise GifUnavailableError(f"GIF export needs matplotlib in TensorBoard's environment: pip install 'xray-tb[notebook]' ({error})") from None
-    handle, path = tempfile.mkstemp(suffix=".gif", prefix="xray-")
-    os.close(handle)
-    try:
-        with _GIF_LOCK:
-            views.save_gif(frames, path, fps=fps)
-        with open(path, "rb") as file:
-            return file.read()
-    finally:
-        os.unlink(path)
-
-
-class GifUnavailableError(errors.PublicError):
-    """matplotlib is missing from TensorBoard's environment: the GIF route is not available (404)."""
-
-    http_code = 404
+        return gif.draw_gif(frames, fps)
 
 
 def _optional_in(args, name: str, default: int, allowed: range) -> int:

@@ -158,7 +158,7 @@ def real_values(logdir: Path) -> dict[str, list]:
         "kind": list(metadata.KINDS),
         "step": ["0", "1", "2", "10", "20", "50"],
         "fps": ["1", "4", "30", "0", "31"],
-        "max_frames": ["1", "2", "0", "501"],  # small: a GIF frame takes a tenth of a second to draw
+        "max_frames": ["1", "2", "0", "501"],  # small: every GIF frame is read and drawn
         "stat": ["grad_l2", "grad_mean", "dead_fraction", "channel_var", "dead"],
         "columns": ["1", "3", "800", "0", "20001"],
     }
