@@ -5,11 +5,16 @@ reads through TensorBoard's data provider and returns a JSON-able body, so it ca
 HTTP. Data is read per request (never cached here), so new captures show up on reload. Reading goes
 through :class:`tb_plugin.series.SeriesReader`, which makes the last write of a repeated step win
 on both of TensorBoard's loaders.
+
+This module serves runs, layers, documents and the frontend's files, and gathers the other routes:
+the frames' (:mod:`tb_plugin.frame_routes`), health's (:mod:`tb_plugin.health_routes`) and bias'
+(:mod:`tb_plugin.bias_routes`). Shared request helpers are in :mod:`tb_plugin.routes_common` and
+:mod:`tb_plugin.params`. No module of the plugin imports torch or ``xray_tb``: the recorder imports
+the contract modules (``metadata``, ``health_metadata``, ``bias_metadata``), never the other way.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 from typing import Any, Optional
@@ -17,7 +22,7 @@ from typing import Any, Optional
 from tensorboard import errors
 from tensorboard.plugins import base_plugin
 
-from tb_plugin import bias_routes, frame_transport, health_routes, metadata, params, responses, routes_common, series, tab_routes
+from tb_plugin import bias_routes, frame_routes, health_routes, metadata, params, responses, routes_common, series
 
 
 def _static_root() -> Path:
@@ -27,14 +32,14 @@ def _static_root() -> Path:
 
 
 class XrayPlugin(base_plugin.TBPlugin):
-    """Serves runs, layers, steps, architecture, plan and frames recorded by ``xray_tb``."""
+    """Serves what ``xray_tb`` recorded: runs, layers, steps, architecture, plan, and the other modules' routes."""
 
     plugin_name = metadata.PLUGIN_NAME
 
     def __init__(self, context: base_plugin.TBContext):
         self._provider = context.data_provider
         self._series = series.SeriesReader(context.data_provider, context.multiplexer)
-        self._tab = tab_routes.TabRoutes(context.data_provider, self._series)  # /frame_bin, /ranges, /gif
+        self._frames = frame_routes.FrameRoutes(context.data_provider, self._series)
         self._static = _static_root()
         responses.hide_server_paths(context.logdir, self._static)
 
@@ -44,8 +49,7 @@ class XrayPlugin(base_plugin.TBPlugin):
             "/layers": self.layers_route,
             "/architecture": self.architecture_route,
             "/plan": self.plan_route,
-            "/frame": self.frame_route,
-            **self._tab.apps(),
+            **self._frames.apps(),  # /frame, /frame_bin, /ranges, /gif
             **health_routes.apps(self._series),  # /health, /findings
             **bias_routes.apps(self._series),  # /bias/evaluations, /bias/result, /bias/series, /bias/examples
             "/static/*": self.static_route,
@@ -77,17 +81,6 @@ class XrayPlugin(base_plugin.TBPlugin):
         return self.document_impl(*routes_common.context(request), params.required_str(request.args, "run"), metadata.PLAN_TAG)
 
     @responses.json_route
-    def frame_route(self, request):
-        args = request.args
-        return self.frame_impl(
-            *routes_common.context(request),
-            run=params.required_str(args, "run"),
-            layer=params.required_str(args, "layer"),
-            kind=params.one_of(args, "kind", metadata.KINDS),
-            step=params.required_int(args, "step"),
-        )
-
-    @responses.json_route
     def static_route(self, request):
         relative = request.path.split("/static/", 1)[-1]
         return responses.static_file(request, self._static, relative)
@@ -100,7 +93,7 @@ class XrayPlugin(base_plugin.TBPlugin):
 
     def layers_impl(self, ctx, experiment_id: str, run: str) -> dict[str, Any]:
         tags = self._run_tags(ctx, experiment_id, run)
-        frame_tags = _frame_tags(tags)
+        frame_tags = frame_routes.frame_tags(tags)
         steps = self._series.steps(ctx, experiment_id, run, list(frame_tags.values()))
         layers: dict[str, dict[str, list[int]]] = {}
         for (layer, kind), tag in frame_tags.items():
@@ -127,27 +120,6 @@ class XrayPlugin(base_plugin.TBPlugin):
             raise errors.NotFoundError(f"run {run!r} has no {metadata.META_TAGS[tag]} record")
         return document
 
-    def frame_impl(self, ctx, experiment_id: str, *, run: str, layer: str, kind: str, step: int) -> dict[str, Any]:
-        tags = self._run_tags(ctx, experiment_id, run)
-        frame_tags = _frame_tags(tags)
-        tag = frame_tags.get((layer, kind))
-        if tag is None:
-            recorded = sorted({name for name, _ in frame_tags})
-            if layer not in recorded:
-                raise errors.NotFoundError(f"run {run!r} has no layer {layer!r}; recorded layers: {routes_common.listing(recorded)}")
-            raise errors.NotFoundError(f"layer {layer!r} of run {run!r} has no {kind!r} frames")
-        written = self._series.last_write(ctx, experiment_id, run, tag, step)
-        if written is None:
-            steps = self._series.steps(ctx, experiment_id, run, [tag])[tag]
-            raise errors.NotFoundError(f"{layer!r} {kind!r} was not recorded at step {step}; recorded steps: {routes_common.listing(steps)}")
-        header, frame = checked_frame(written.blobs[0], written.blobs[1])
-        description, panels = frame_transport.describe_frame(
-            header, frame, run=run, layer=layer, kind=kind, step=step, wall_time=written.wall_time
-        )
-        for entry, panel in zip(description["panels"], panels):
-            entry["data"] = base64.b64encode(panel.astype("<f4").tobytes()).decode("ascii")
-        return description
-
     # Data access (see tb_plugin.series) -------------------------------------------------------
 
     def _list(self, ctx, experiment_id: str, run: Optional[str] = None) -> dict[str, dict]:
@@ -160,13 +132,6 @@ class XrayPlugin(base_plugin.TBPlugin):
         """The document written last under a meta tag, or None."""
         written = self._series.latest(ctx, experiment_id, run, tag) if tag in tags else None
         return json.loads(written.blobs[0]) if written is not None else None
-
-
-def _frame_tags(tags) -> dict[tuple[str, str], str]:
-    """``{(layer, kind): tag}`` of the frame tags among ``tags``, layer names decoded."""
-    return {parsed: tag for tag in tags if (parsed := metadata.parse_frame_tag(tag))}
-
-
 
 
 class XrayLoader(base_plugin.TBLoader):
@@ -184,14 +149,3 @@ class XrayLoader(base_plugin.TBLoader):
 
     def load(self, context):
         return XrayPlugin(context)
-
-
-def checked_frame(header_blob: bytes, values_blob: bytes):
-    """A stored frame's header and values; a 422 when its values fail their checksum."""
-    try:
-        return metadata.decode_frame(header_blob, values_blob)
-    except metadata.DamagedFrameError as error:
-        raise responses.DamagedDataError(
-            f"{error}. TensorBoard's fast loader serves records without checking their checksums; start TensorBoard "
-            "with --load_fast=false to skip damaged records"
-        ) from None

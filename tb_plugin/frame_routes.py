@@ -1,5 +1,7 @@
-"""The routes the Xray tab adds for speed and export: binary frames, colour ranges, GIFs.
+"""Every route that serves frames (see ``http_api.md``): one frame as JSON or binary, colour ranges, GIFs.
 
+* ``/frame?run&layer&kind&step``: one frame as JSON, its panels' values base64 float32, checked
+  against the CRC the recorder stored (:func:`checked_frame`).
 * ``/frame_bin?run&layer&kind&step``: one frame in the compact binary form of
   :mod:`tb_plugin.frame_transport`, found through the per-reload :class:`~tb_plugin.run_index.RunIndex`.
 * ``/ranges?run&layer``: each recorded kind's value range over every step (the recorder's ``min`` and
@@ -12,7 +14,9 @@ Every parameter is validated with :mod:`tb_plugin.params`; errors are JSON 400/4
 
 from __future__ import annotations
 
+import base64
 import math
+from typing import Any
 
 import numpy as np
 from tensorboard import errors
@@ -26,8 +30,8 @@ _GIF_FRAMES = range(1, 501)
 _MAX_POINTS = 1_000_000
 
 
-class TabRoutes:
-    """Routes for the Xray tab; ``apps()`` gives them for ``get_plugin_apps``."""
+class FrameRoutes:
+    """The frame routes; ``apps()`` gives them for ``get_plugin_apps``."""
 
     def __init__(self, data_provider, reader):
         self._provider = data_provider
@@ -35,7 +39,38 @@ class TabRoutes:
         self.index = run_index.RunIndex(data_provider, reader)
 
     def apps(self) -> dict:
-        return {"/frame_bin": self.frame_bin_route, "/ranges": self.ranges_route, "/gif": self.gif_route}
+        return {"/frame": self.frame_route, "/frame_bin": self.frame_bin_route, "/ranges": self.ranges_route, "/gif": self.gif_route}
+
+    @responses.json_route
+    def frame_route(self, request):
+        args = request.args
+        return self.frame_impl(
+            *routes_common.context(request),
+            run=params.required_str(args, "run"),
+            layer=params.required_str(args, "layer"),
+            kind=params.one_of(args, "kind", metadata.KINDS),
+            step=params.required_int(args, "step"),
+        )
+
+    def frame_impl(self, ctx, experiment_id: str, *, run: str, layer: str, kind: str, step: int) -> dict[str, Any]:
+        recorded_tags = frame_tags(self._reader.run_tags(ctx, experiment_id, run))
+        tag = recorded_tags.get((layer, kind))
+        if tag is None:
+            recorded = sorted({name for name, _ in recorded_tags})
+            if layer not in recorded:
+                raise errors.NotFoundError(f"run {run!r} has no layer {layer!r}; recorded layers: {routes_common.listing(recorded)}")
+            raise errors.NotFoundError(f"layer {layer!r} of run {run!r} has no {kind!r} frames")
+        written = self._reader.last_write(ctx, experiment_id, run, tag, step)
+        if written is None:
+            steps = self._reader.steps(ctx, experiment_id, run, [tag])[tag]
+            raise errors.NotFoundError(f"{layer!r} {kind!r} was not recorded at step {step}; recorded steps: {routes_common.listing(steps)}")
+        header, frame = checked_frame(written.blobs[0], written.blobs[1])
+        description, panels = frame_transport.describe_frame(
+            header, frame, run=run, layer=layer, kind=kind, step=step, wall_time=written.wall_time
+        )
+        for entry, panel in zip(description["panels"], panels):
+            entry["data"] = base64.b64encode(panel.astype("<f4").tobytes()).decode("ascii")
+        return description
 
     @responses.json_route
     def frame_bin_route(self, request):
@@ -147,3 +182,19 @@ def _optional_in(args, name: str, default: int, allowed: range) -> int:
 def run_safe(text) -> str:
     """A file-name-safe form of a run or layer name for Content-Disposition."""
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in str(text or ""))[:80] or "xray"
+
+
+def frame_tags(tags) -> dict[tuple[str, str], str]:
+    """``{(layer, kind): tag}`` of the frame tags among ``tags``, layer names decoded."""
+    return {parsed: tag for tag in tags if (parsed := metadata.parse_frame_tag(tag))}
+
+
+def checked_frame(header_blob: bytes, values_blob: bytes):
+    """A stored frame's header and values; a 422 when its values fail their checksum."""
+    try:
+        return metadata.decode_frame(header_blob, values_blob)
+    except metadata.DamagedFrameError as error:
+        raise responses.DamagedDataError(
+            f"{error}. TensorBoard's fast loader serves records without checking their checksums; start TensorBoard "
+            "with --load_fast=false to skip damaged records"
+        ) from None
