@@ -58,10 +58,14 @@ def loopback_server(
         log.close()
 
 
-def tensorboard(python: str, logdir: Path, *, cwd: Path, extra: Sequence[str] = (), timeout: float = 60.0):
-    """Run ``python -m tensorboard.main --logdir logdir`` and yield its base URL once the Xray tab is enabled."""
+def tensorboard(
+    python: str, logdir: Path, *, cwd: Path, extra: Sequence[str] = (), timeout: float = 60.0, main: Sequence[str] = ("-m", "tensorboard.main")
+):
+    """Run ``python -m tensorboard.main --logdir logdir`` and yield its base URL once the Xray tab is enabled.
+
+    ``main`` replaces ``-m tensorboard.main``: a script that prepares the interpreter, then runs it."""
     return loopback_server(
-        [python, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1", "--port", "{port}", *extra],
+        [python, *main, "--logdir", str(logdir), "--host", "127.0.0.1", "--port", "{port}", *extra],
         lambda url: bool(get_json(f"{url}/data/plugins_listing", timeout=2).get("xray", {}).get("enabled")),
         name="tensorboard",
         log_dir=cwd,
