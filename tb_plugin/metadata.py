@@ -1,9 +1,10 @@
 """The contract between the Xray recorder and the Xray TensorBoard plugin.
 
-The recorder (``xray_tb``) builds summaries with it and the plugin (``tb_plugin.xray_plugin``) parses
-them with it; besides it, the recorder uses only ``tb_plugin.layout`` (how a frame is drawn) and the
+The recorder (``xray_tb``) builds summaries with it and the plugin (``tb_plugin``'s route modules)
+parses them with it; besides it, the recorder uses only ``tb_plugin.layout`` (how a frame is drawn) and the
 plugin nothing of the recorder. It depends on numpy and TensorBoard's protos only, never on torch,
-so TensorBoard starts fast.
+so TensorBoard starts fast. It stays one module, a little over 300 lines, so that the whole contract
+reads in one place (its test: ``tests/plugin/test_metadata_contract.py``).
 
 Layout of the data in an event file:
 
@@ -67,8 +68,9 @@ META_TAGS = {ARCHITECTURE_TAG: "architecture", PLAN_TAG: "plan"}
 class FrameHeader:
     """What a stored frame is, so every value can be traced back to the full tensor.
 
-    The stored array is ``full[batch_index]`` (when ``batch_index`` is not None) with only
-    ``indices`` kept along dimension ``dim`` of that tensor, in that order. ``path`` locates the
+    The stored array keeps only ``indices`` (in that order) along dimension ``dim`` of the full
+    tensor, ``dim`` counting in the full tensor, and, when ``batch_index`` is not None, only that
+    sample of the batch: a conv output ``[N, C, H, W]`` with ``dim == 1`` is stored as ``[k, H, W]``. ``path`` locates the
     tensor inside a tuple or dict output (``"[0]"``, ``"['logits']"``), ``""`` for a plain tensor.
     ``crc32`` is the CRC-32 of the stored ``.npy`` bytes (None in frames written before it existed):
     TensorBoard's fast loader serves a record without checking its checksum, so readers check this.
