@@ -1,4 +1,4 @@
-"""The tab's routes (/frame_bin, /ranges, /gif) and the per-reload run index, on real event files
+"""The frame routes (/frame_bin, /ranges, /gif of tb_plugin.frame_routes) and the per-reload run index, on real event files
 written by the recorder, served by real TensorBoard on both loaders (and in-process for the index)."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def record(run_dir, *, dtype="float32", steps=STEPS, seed=0):
 
 @pytest.fixture(scope="module")
 def logdir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tab_routes")
+    root = tmp_path_factory.mktemp("frame_routes")
     record(root / "f32")[0].close()
     record(root / "f16", dtype="float16", seed=1)[0].close()
     return root
