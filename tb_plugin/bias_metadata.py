@@ -27,7 +27,7 @@ import math
 from typing import Any, Optional
 
 import numpy as np
-from tensorboard.compat.proto import summary_pb2, types_pb2
+from tensorboard.compat.proto import summary_pb2
 
 from tb_plugin import metadata
 
@@ -121,10 +121,5 @@ def decode_examples(blobs: list[bytes]) -> tuple[dict[str, Any], np.ndarray, np.
 
 
 def _add_blobs(summary: summary_pb2.Summary, tag_name: str, evaluation: str, part: str, blobs: list[bytes]) -> None:
-    value = summary.value.add(tag=tag_name)
-    value.metadata.CopyFrom(
-        metadata.create_summary_metadata({"type": CONTENT_TYPE, "evaluation": evaluation, "part": part})
-    )
-    value.tensor.dtype = types_pb2.DT_STRING
-    value.tensor.tensor_shape.dim.add(size=len(blobs))
-    value.tensor.string_val.extend(blobs)
+    content = metadata.create_summary_metadata({"type": CONTENT_TYPE, "evaluation": evaluation, "part": part})
+    metadata.add_blobs(summary, tag_name, content, blobs)

@@ -139,8 +139,8 @@ class FrameRoutes:
     @responses.json_route
     def gif_route(self, request):
         args = request.args
-        fps = _optional_in(args, "fps", 4, _GIF_FPS)
-        max_frames = _optional_in(args, "max_frames", 120, _GIF_FRAMES)
+        fps = params.optional_int(args, "fps", _GIF_FPS, default=4)
+        max_frames = params.optional_int(args, "max_frames", _GIF_FRAMES, default=120)
         body = self.gif_impl(
             *routes_common.context(request),
             run=params.required_str(args, "run"),
@@ -167,16 +167,6 @@ class FrameRoutes:
         if not frames:
             raise errors.NotFoundError(f"{layer!r} {kind!r} of run {run!r} has no frames left; reload")
         return gif.draw_gif(frames, fps)
-
-
-def _optional_in(args, name: str, default: int, allowed: range) -> int:
-    """The optional integer parameter ``name`` within ``allowed`` (400 otherwise)."""
-    if args.get(name) in (None, ""):
-        return default
-    value = params.required_int(args, name)
-    if value not in allowed:
-        raise errors.InvalidArgumentError(f"{name!r} must be from {allowed.start} to {allowed.stop - 1}, got {value}")
-    return value
 
 
 def run_safe(text) -> str:

@@ -22,7 +22,7 @@ def add_frame_stats(summary: summary_pb2.Summary, frames: list[tuple[str, str, d
     """Append ``(layer, kind, {stat: value})`` of every frame of a capture as one value."""
     matrix = np.array([[stats.get(name, np.nan) for name in metadata.STATS] for _, _, stats in frames], dtype=np.float64)
     header = json.dumps({"frames": [[layer, kind] for layer, kind, _ in frames], "stats": list(metadata.STATS)}).encode("utf-8")
-    metadata._add_blobs(summary, FRAME_STATS_TAG, metadata.create_summary_metadata({"type": "frame_stats"}),
+    metadata.add_blobs(summary, FRAME_STATS_TAG, metadata.create_summary_metadata({"type": "frame_stats"}),
                         [header, metadata.encode_array(matrix.reshape(len(frames), len(metadata.STATS)))])
 
 

@@ -9,8 +9,13 @@ the largest value (+Inf wins). Vectorised with ``ufunc.reduceat``.
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import numpy as np
+
+from tb_plugin import health_metadata
+
+COLUMNS = range(1, 20001)  # what the ``columns`` parameter may ask for
 
 
 @dataclasses.dataclass
@@ -53,3 +58,10 @@ def bin_matrix(steps: np.ndarray, values: np.ndarray, present: np.ndarray, colum
         high = np.where(np.abs(low) > np.abs(high), low, high)
     out = np.where(any_nan | ~any_present, np.nan, high).astype(np.float32)
     return Binned(steps[starts], steps[ends], out, any_present, True)
+
+
+def binned(matrix, stat: str, columns: Optional[int]) -> Binned:
+    """``matrix`` (a :class:`tb_plugin.health_data` matrix: ``steps``, ``values``, ``present``) binned to
+    ``columns`` (unchanged when None or when it fits)."""
+    signed = stat in health_metadata.SIGNED_STATS
+    return bin_matrix(matrix.steps, matrix.values, matrix.present, columns or max(len(matrix.steps), 1), signed)

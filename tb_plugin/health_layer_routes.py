@@ -14,9 +14,8 @@ from typing import Any
 
 from tensorboard import errors
 
-from tb_plugin import health_metadata, params, responses, routes_common
+from tb_plugin import health_binning, health_metadata, params, responses, routes_common
 from tb_plugin.health_data import HealthData, no_health
-from tb_plugin.health_routes import binned, columns_param, stat_param
 
 
 def apps(data: HealthData) -> dict:
@@ -38,12 +37,12 @@ class LayerRoutes:
     def layer_route(self, request):
         args = request.args
         return self.layer_impl(*routes_common.context(request), run=params.required_str(args, "run"), layer=params.required_str(args, "layer"),
-                               columns=columns_param(args))
+                               columns=params.optional_int(args, "columns", health_binning.COLUMNS))
 
     @responses.json_route
     def vector_route(self, request):
         args = request.args
-        return self.vector_impl(*routes_common.context(request), run=params.required_str(args, "run"), stat=stat_param(args),
+        return self.vector_impl(*routes_common.context(request), run=params.required_str(args, "run"), stat=params.statistic(args),
                                 layer=params.required_str(args, "layer"), step=params.required_int(args, "step"))
 
     @responses.json_route
@@ -62,7 +61,7 @@ class LayerRoutes:
                 continue
             row = matrix.layers.index(layer)
             one = type(matrix)([layer], matrix.steps, matrix.values[row: row + 1], matrix.present[row: row + 1])
-            out = binned(one, stat, columns)
+            out = health_binning.binned(one, stat, columns)
             keep = out.present[0]
             stats[stat] = {"steps": out.steps[keep].tolist(), "values": out.values[0][keep].tolist()}
         if not stats:

@@ -113,14 +113,6 @@ def _metadata(kind: str, stat: Optional[str]) -> summary_pb2.SummaryMetadata:
     return metadata.create_summary_metadata(content)
 
 
-def _add_blobs(summary: summary_pb2.Summary, tag: str, meta: summary_pb2.SummaryMetadata, blobs: Sequence[bytes]) -> None:
-    value = summary.value.add(tag=tag)
-    value.metadata.CopyFrom(meta)
-    value.tensor.dtype = 7  # DT_STRING
-    value.tensor.tensor_shape.dim.add(size=len(blobs))
-    value.tensor.string_val.extend(blobs)
-
-
 def add_series(summary: summary_pb2.Summary, stat: str, layers: Sequence[str], steps: np.ndarray, values: np.ndarray,
                absent: Optional[np.ndarray] = None) -> None:
     """Append one block of a statistic's series: ``values`` and ``absent`` are layers × steps
@@ -132,7 +124,7 @@ def add_series(summary: summary_pb2.Summary, stat: str, layers: Sequence[str], s
     header = json.dumps({"layers": list(layers)}).encode("utf-8")
     blobs = [header, metadata.encode_array(np.asarray(steps, np.int64)), metadata.encode_array(values),
              metadata.encode_array(np.ascontiguousarray(absent))]
-    _add_blobs(summary, series_tag(stat), _metadata("health_series", stat), blobs)
+    metadata.add_blobs(summary, series_tag(stat), _metadata("health_series", stat), blobs)
 
 
 Block = tuple[list[str], np.ndarray, np.ndarray, np.ndarray]
@@ -151,7 +143,7 @@ def add_vectors(summary: summary_pb2.Summary, stat: str, layers: Sequence[str], 
     """Append one health step's per-unit vectors of a statistic, one per layer."""
     header = json.dumps({"layers": list(layers), "sizes": [int(v.size) for v in vectors]}).encode("utf-8")
     flat = np.concatenate([np.asarray(v, np.float32).reshape(-1) for v in vectors]) if vectors else np.zeros(0, np.float32)
-    _add_blobs(summary, vector_tag(stat), _metadata("health_vector", stat), [header, metadata.encode_array(flat)])
+    metadata.add_blobs(summary, vector_tag(stat), _metadata("health_vector", stat), [header, metadata.encode_array(flat)])
 
 
 def decode_vectors(blobs: Sequence[bytes]) -> dict[str, np.ndarray]:
@@ -185,7 +177,7 @@ def merge_blocks(blocks: list[Block]) -> tuple[list[str], np.ndarray, np.ndarray
 def prune_summary(entries: list[dict[str, Any]]) -> summary_pb2.Summary:
     """A summary holding a prune plan (``{"layer", "units", "parameters", "reason"}`` each) as JSON."""
     summary = summary_pb2.Summary()
-    _add_blobs(summary, PRUNE_TAG, _metadata("health_prune", None), [json.dumps(entries).encode("utf-8")])
+    metadata.add_blobs(summary, PRUNE_TAG, _metadata("health_prune", None), [json.dumps(entries).encode("utf-8")])
     return summary
 
 
@@ -203,7 +195,7 @@ def epochs_summary(moments: dict[str, dict[str, tuple[float, float]]]) -> summar
             array[:, i, stats.index(stat)] = (mean, var)
     summary = summary_pb2.Summary()
     header = json.dumps({"layers": layers, "stats": stats}).encode("utf-8")
-    _add_blobs(summary, EPOCHS_TAG, _metadata("health_epochs", None), [header, metadata.encode_array(array)])
+    metadata.add_blobs(summary, EPOCHS_TAG, _metadata("health_epochs", None), [header, metadata.encode_array(array)])
     return summary
 
 
@@ -219,7 +211,7 @@ def decode_epochs(blobs: Sequence[bytes]) -> dict[str, dict[str, tuple[float, fl
 def findings_summary(findings: list[dict[str, Any]]) -> summary_pb2.Summary:
     """A summary holding the findings as one JSON list."""
     summary = summary_pb2.Summary()
-    _add_blobs(summary, FINDINGS_TAG, _metadata("health_findings", None), [json.dumps(json_safe(findings)).encode("utf-8")])
+    metadata.add_blobs(summary, FINDINGS_TAG, _metadata("health_findings", None), [json.dumps(json_safe(findings)).encode("utf-8")])
     return summary
 
 

@@ -17,44 +17,14 @@ from typing import Any, Optional
 import numpy as np
 from tensorboard import errors
 
-from tb_plugin import health_binning, health_metadata, params, responses, routes_common
+from tb_plugin import health_binning, health_layer_routes, health_metadata, params, responses, routes_common
 from tb_plugin.health_data import HealthData, no_health
-
-MAX_COLUMNS = 20000
-
 
 def apps(reader) -> dict:
     """The routes for ``get_plugin_apps``, reading through ``reader`` (a :class:`tb_plugin.series.SeriesReader`)."""
-    from tb_plugin import health_layer_routes  # it uses this module's parameters
-
     data = HealthData(reader)
     routes = HealthRoutes(data)
     return {"/health": routes.health_route, "/findings": routes.findings_route, **health_layer_routes.apps(data)}
-
-
-def stat_param(args, name: str = "stat") -> str:
-    """The ``stat`` parameter: a statistic name (letters, digits, ``_ . - [ ]``)."""
-    stat = params.required_str(args, name)
-    if not health_metadata.STAT_NAME.fullmatch(stat):
-        raise errors.InvalidArgumentError(
-            f"{name!r} must be a statistic name such as {', '.join(health_metadata.BUILTIN_STATS[:3])} (letters, digits, _ . - [ ]); got {stat[:40]!r}")
-    return stat
-
-
-def columns_param(args) -> Optional[int]:
-    """The optional ``columns`` parameter: an integer from 1 to :data:`MAX_COLUMNS`."""
-    if args.get("columns") in (None, ""):
-        return None
-    raw = args.get("columns")
-    if not params._INTEGER.fullmatch(raw) or not 1 <= int(raw) <= MAX_COLUMNS:
-        raise errors.InvalidArgumentError(f"'columns' must be an integer from 1 to {MAX_COLUMNS}, got {raw[:40]!r}")
-    return int(raw)
-
-
-def binned(matrix, stat: str, columns: Optional[int]) -> health_binning.Binned:
-    """``matrix`` binned to ``columns`` (unchanged when None or when it fits)."""
-    signed = stat in health_metadata.SIGNED_STATS
-    return health_binning.bin_matrix(matrix.steps, matrix.values, matrix.present, columns or max(len(matrix.steps), 1), signed)
 
 
 class HealthRoutes:
@@ -64,7 +34,7 @@ class HealthRoutes:
     @responses.json_route
     def health_route(self, request):
         args = request.args
-        return self.health_impl(*routes_common.context(request), run=params.required_str(args, "run"), stat=stat_param(args), columns=columns_param(args))
+        return self.health_impl(*routes_common.context(request), run=params.required_str(args, "run"), stat=params.statistic(args), columns=params.optional_int(args, "columns", health_binning.COLUMNS))
 
     @responses.json_route
     def findings_route(self, request):
@@ -77,7 +47,7 @@ class HealthRoutes:
                 raise no_health(run)
             raise errors.NotFoundError(f"run {run!r} has no health statistic {stat!r}; recorded: {', '.join(recorded)}")
         matrix = self._data.matrix(ctx, experiment_id, run, stat, tags)
-        out = binned(matrix, stat, columns)
+        out = health_binning.binned(matrix, stat, columns)
         return {
             "run": run,
             "stat": stat,

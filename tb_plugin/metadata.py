@@ -231,7 +231,7 @@ def parse_plugin_content(content: bytes) -> Optional[dict[str, Any]]:
     return parsed
 
 
-def _add_blobs(summary: summary_pb2.Summary, tag: str, metadata: summary_pb2.SummaryMetadata, blobs: Sequence[bytes]) -> None:
+def add_blobs(summary: summary_pb2.Summary, tag: str, metadata: summary_pb2.SummaryMetadata, blobs: Sequence[bytes]) -> None:
     """Append a value holding ``blobs`` as a rank-1 string tensor (the blob-sequence layout), built
     in place so that the blobs are copied once."""
     value = summary.value.add(tag=tag)
@@ -247,7 +247,7 @@ def add_frame(summary: summary_pb2.Summary, header: FrameHeader, values: np.ndar
     tag, metadata = _frame_tag_and_metadata(header.name, header.kind)
     encoded = encode_array(values)
     header.crc32 = zlib.crc32(encoded)
-    _add_blobs(summary, tag, metadata, [header.to_json(), encoded])
+    add_blobs(summary, tag, metadata, [header.to_json(), encoded])
 
 
 class DamagedFrameError(ValueError):
@@ -287,7 +287,7 @@ def _frame_tag_and_metadata(name: str, kind: str) -> tuple[str, summary_pb2.Summ
 def json_summary(tag: str, document: Any) -> summary_pb2.Summary:
     """A summary holding one JSON document under a meta tag (architecture or plan)."""
     summary = summary_pb2.Summary()
-    _add_blobs(summary, tag, create_summary_metadata({"type": META_TAGS[tag]}), [json.dumps(document).encode("utf-8")])
+    add_blobs(summary, tag, create_summary_metadata({"type": META_TAGS[tag]}), [json.dumps(document).encode("utf-8")])
     return summary
 
 

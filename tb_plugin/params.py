@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from typing import Iterable, Optional
 
 from tensorboard import errors
+
+from tb_plugin import health_metadata
 
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
 _INT64 = range(-(2**63), 2**63)  # TensorBoard's steps are int64
@@ -36,3 +38,22 @@ def one_of(args, name: str, choices: Iterable[str]) -> str:
     if value not in choices:
         raise errors.InvalidArgumentError(f"{name!r} must be one of {', '.join(choices)}; got {value!r}")
     return value
+
+
+def optional_int(args, name: str, allowed: range, default: Optional[int] = None) -> Optional[int]:
+    """The optional integer parameter ``name``, which must lie in ``allowed``; ``default`` when missing or empty."""
+    raw = args.get(name)
+    if raw in (None, ""):
+        return default
+    if not _INTEGER.fullmatch(raw) or int(raw) not in allowed:
+        raise errors.InvalidArgumentError(f"{name!r} must be an integer from {allowed.start} to {allowed.stop - 1}, got {raw[:40]!r}")
+    return int(raw)
+
+
+def statistic(args, name: str = "stat") -> str:
+    """A health statistic's name (letters, digits, ``_ . - [ ]``; :data:`tb_plugin.health_metadata.STAT_NAME`)."""
+    stat = required_str(args, name)
+    if not health_metadata.STAT_NAME.fullmatch(stat):
+        raise errors.InvalidArgumentError(
+            f"{name!r} must be a statistic name such as {', '.join(health_metadata.BUILTIN_STATS[:3])} (letters, digits, _ . - [ ]); got {stat[:40]!r}")
+    return stat

@@ -52,6 +52,29 @@ def test_no_plugin_module_imports_torch_xray_tb_or_matplotlib():
             assert not [n for n in names if n.split(".")[0] in BLOCKED], f"{path.name}:{node.lineno} imports {names}"
 
 
+def test_plugin_modules_import_no_circle_and_no_private_name_of_another():
+    modules = {path.stem: ast.parse(path.read_text(), str(path)) for path in PLUGIN.glob("*.py")}
+    imports: dict[str, set[str]] = {}
+    for name, tree in modules.items():
+        imports[name] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "tb_plugin":
+                imports[name] |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tb_plugin."):
+                imports[name].add(node.module.split(".")[1])
+                assert not [a.name for a in node.names if a.name.startswith("_")], f"{name} imports a private name of {node.module}"
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+                assert not node.attr.startswith("_"), f"{name} uses {node.value.id}.{node.attr}"
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, f"import circle: {' -> '.join(path + (name,))}"
+        for imported in imports.get(name, ()):
+            visit(imported, path + (name,))
+
+    for name in modules:
+        visit(name, ())
+
+
 def record(run_dir: Path) -> None:
     """A TinyCNN trained for a few steps: features.0's weight and output every step, health every step, and one
     Attention-IoU evaluation with examples."""
