@@ -3,7 +3,7 @@
 // timeline and the URL state together. Loading on reloads is in app_load.js.
 
 import { ComparePicker } from './compare_picker.js';
-import { RunPicker, LayerList, el } from './controls.js';
+import { RunPicker, LayerList } from './controls.js';
 import { ErrorBanner } from './error_banner.js';
 import { FindingsList } from './findings_list.js';
 import { FrameSource } from './frames.js';
@@ -12,7 +12,7 @@ import { GraphView } from './graph_view.js';
 import { baseLayer, diffArchitectures } from './graph_model.js';
 import { HealthView } from './health_view.js';
 import { StatPicker } from './health_picker.js';
-import { loadStylesheet } from './dom.js';
+import { el, loadStylesheet } from './dom.js';
 import { connectToHost, DATA_RELOADED, RUNS_CHANGED } from './host.js';
 import { LayerView } from './layer_view.js';
 import { BiasView } from './bias_view.js';

@@ -12,19 +12,11 @@
 // (data-mean, data-chance, data-count), svg.xray-bias-chart[data-run], canvas.xray-bias-example[data-map].
 
 import { getJson } from './api.js';
-import { loadStylesheet } from './dom.js';
+import { el, loadStylesheet } from './dom.js';
 import { exampleFigures, SCORE_COLORS, scoreChart, subgroupTable } from './bias_draw.js';
 
 const NO_EVALUATION = 'No bias evaluation in the shown runs yet: call '
   + 'xray.attention_iou(loader, target=..., protected=..., masks=...) to write one.';
-
-/** @param {string} tag @param {string} [className] @param {string} [text] @returns {HTMLElement} */
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
 
 /** @param {number[]} steps sorted @param {number|null} step @returns {number|null} */
 export function stepAtOrBefore(steps, step) {

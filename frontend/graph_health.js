@@ -6,9 +6,8 @@
 // badges. Hooks: data-value on coloured nodes and groups, .xray-finding-badge[data-rule],
 // .xray-health-legend[data-stat][data-scale].
 
-import { el } from './controls.js';
+import { el, svg } from './dom.js';
 import { ancestors } from './graph_model.js';
-import { svg } from './graph_draw.js';
 import { HEALTH_STATS, fetchFindings, fetchHealth } from './health_api.js';
 import { drawLegend, healthScale } from './health_scale.js';
 

@@ -3,7 +3,7 @@
 // per frame, or fixed over the timeline. A button goes back to the graph with the layer marked.
 
 import { KINDS, ApiError } from './api.js';
-import { el } from './controls.js';
+import { el } from './dom.js';
 import { differenceBlocker, differenceFrame, unionSteps } from './compare.js';
 import { stepAtOrBefore } from './frame_text.js';
 import { KindSection } from './section.js';

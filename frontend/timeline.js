@@ -3,7 +3,8 @@
 // never shows half-loaded steps. Steps with severe findings are marked over the scrubber's track.
 // Hooks: [data-action=play], select[data-action=speed], [data-timeline-mark][data-step][data-rule].
 
-import { el, Scrubber } from './controls.js';
+import { Scrubber } from './controls.js';
+import { el } from './dom.js';
 import { stepAtOrBefore } from './frame_text.js';
 
 /** Steps per second offered by the speed setting. */
