@@ -13,18 +13,11 @@
 
 import { getJson } from './api.js';
 import { el, loadStylesheet } from './dom.js';
+import { stepAtOrBefore, unionSteps } from './steps.js';
 import { exampleFigures, SCORE_COLORS, scoreChart, subgroupTable } from './bias_draw.js';
 
 const NO_EVALUATION = 'No bias evaluation in the shown runs yet: call '
   + 'xray.attention_iou(loader, target=..., protected=..., masks=...) to write one.';
-
-/** @param {number[]} steps sorted @param {number|null} step @returns {number|null} */
-export function stepAtOrBefore(steps, step) {
-  if (step === null || step === undefined) return steps.length ? steps[steps.length - 1] : null;
-  let found = null;
-  for (const s of steps) if (s <= step) found = s;
-  return found;
-}
 
 export class BiasView {
   /**
@@ -122,9 +115,7 @@ export class BiasView {
 
   /** @returns {number[]} The shown runs' steps of the chosen evaluation, sorted. */
   steps() {
-    const all = new Set();
-    for (const run of this.runs) for (const s of this.runSteps(run)) all.add(s);
-    return [...all].sort((a, b) => a - b);
+    return unionSteps(this.runs.map((run) => this.runSteps(run)));
   }
 
   /** @param {string} run @returns {number[]} */
@@ -222,7 +213,11 @@ export class BiasView {
     this.summary.textContent = t && p ? `target ${t.name}, protected ${p.name}` : '';
   }
 
-  /** Shows each run's evaluation at or before `step`. @param {number|null} step */
+  /**
+   * Shows each run's evaluation at or before `step`; with no step (null: the timeline has none yet),
+   * each run's last evaluation.
+   * @param {number|null} step
+   */
   async showStep(step) {
     this.step = step;
     const seq = this.seq;
@@ -230,7 +225,9 @@ export class BiasView {
       const parts = this.columns.get(run);
       if (!parts) return;
       const steps = this.runSteps(run);
-      const shown = stepAtOrBefore(steps, step);
+      const shown = step === null || step === undefined
+        ? (steps.length ? steps[steps.length - 1] : null)
+        : stepAtOrBefore(steps, step);
       parts.chart.mark(shown);
       if (shown === parts.shown) return;
       parts.shown = shown;

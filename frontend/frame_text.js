@@ -30,28 +30,6 @@ export const KIND_HINTS = {
 };
 
 /**
- * The recorded step to show for a requested step: the requested one or the nearest earlier one.
- * @param {number[]} steps  Sorted steps recorded for the kind.
- * @param {number} requested
- * @returns {number|null}  null when the kind has no step at or before `requested`.
- */
-export function stepAtOrBefore(steps, requested) {
-  let lo = 0;
-  let hi = steps.length - 1;
-  let found = null;
-  while (lo <= hi) {
-    const mid = (lo + hi) >> 1;
-    if (steps[mid] <= requested) {
-      found = steps[mid];
-      lo = mid + 1;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return found;
-}
-
-/**
  * How pooled panels are shown, for the info line: "" when drawn whole.
  * @param {number} ky  Source rows per shown row.
  * @param {number} kx  Source columns per shown column.

@@ -4,8 +4,8 @@
 
 import { KINDS, ApiError } from './api.js';
 import { el } from './dom.js';
-import { differenceBlocker, differenceFrame, unionSteps } from './compare.js';
-import { stepAtOrBefore } from './frame_text.js';
+import { differenceBlocker, differenceFrame } from './compare.js';
+import { stepAtOrBefore, unionSteps } from './steps.js';
 import { KindSection } from './section.js';
 import { LayerHealth } from './layer_health.js';
 import { unitsOnLastDim } from './unit_outline.js';

@@ -7,8 +7,6 @@ import { KIND_HINTS, KIND_TITLES } from './frame_text.js';
 import { RunPanel } from './panel.js';
 import { gifUrl } from './export.js';
 
-export { stepAtOrBefore, describeFrame, describePooling, KIND_TITLES } from './frame_text.js';
-
 /** @typedef {import('./api.js').Kind} Kind */
 
 export class KindSection {
