@@ -4,7 +4,7 @@ import { formatShape, formatValue } from './format.js';
 
 /** @typedef {import('./api.js').Kind} Kind */
 /** @typedef {import('./api.js').Frame} Frame */
-/** @typedef {import('./heatmap.js').Panel} Panel */
+/** @typedef {import('./heatmap_layout.js').Panel} Panel */
 /** @typedef {Frame & {decoded: Panel[]}} DecodedFrame */
 
 /** @type {Record<Kind, string>} */

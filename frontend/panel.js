@@ -6,7 +6,8 @@
 import { el } from './dom.js';
 import { makeScale, cssColor, NAN_COLOR, INF_COLOR } from './colormap.js';
 import { drawColorbar } from './colorbar.js';
-import { drawHeatmap, hitTest, shownPanels, tileWidthOf } from './heatmap.js';
+import { drawHeatmap } from './heatmap.js';
+import { hitTest, shownPanels, tileWidthOf } from './heatmap_layout.js';
 import { formatValue } from './format.js';
 import { describeFrame, describePooling, KIND_TITLES } from './frame_text.js';
 import { originalIndex } from './tensor_index.js';
