@@ -39,7 +39,7 @@ export const KINDS = /** @type {const} */ (['weight', 'weight_grad', 'bias', 'bi
  * @property {number} step
  * @property {number|null} wall_time
  * @property {FrameMeta} meta
- * @property {import('./heatmap.js').RawPanel[]} panels
+ * @property {import('./heatmap_layout.js').RawPanel[]} panels
  * @property {number|null} min
  * @property {number|null} max
  * @property {boolean} signed
@@ -166,7 +166,7 @@ export async function fetchRanges(run, layer) {
  * @param {string} layer
  * @param {Kind} kind
  * @param {number} step
- * @returns {Promise<Frame & {decoded: import('./heatmap.js').Panel[]}>}
+ * @returns {Promise<Frame & {decoded: import('./heatmap_layout.js').Panel[]}>}
  */
 export async function fetchFrame(run, layer, kind, step) {
   const query = new URLSearchParams({ run, layer, kind, step: String(step) });

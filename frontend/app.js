@@ -3,22 +3,22 @@
 // timeline and the URL state together. Loading on reloads is in app_load.js.
 
 import { ComparePicker } from './compare_picker.js';
-import { RunPicker, LayerList, el } from './controls.js';
+import { RunPicker, LayerList } from './controls.js';
 import { ErrorBanner } from './error_banner.js';
 import { FindingsList } from './findings_list.js';
 import { FrameSource } from './frames.js';
-import { stepAtOrBefore } from './frame_text.js';
 import { GraphView } from './graph_view.js';
 import { baseLayer, diffArchitectures } from './graph_model.js';
 import { HealthView } from './health_view.js';
 import { StatPicker } from './health_picker.js';
-import { loadStylesheet } from './dom.js';
+import { el, loadStylesheet } from './dom.js';
 import { connectToHost, DATA_RELOADED, RUNS_CHANGED } from './host.js';
 import { LayerView } from './layer_view.js';
 import { BiasView } from './bias_view.js';
 import { loadMethods } from './app_load.js';
 import { RunData } from './run_data.js';
 import { Store } from './state.js';
+import { indexAtOrBefore } from './steps.js';
 import { Timeline } from './timeline.js';
 import { encodeUrlData, parseUrlData, readUrlData, writeUrlData } from './url_state.js';
 
@@ -187,8 +187,7 @@ export class XrayApp {
     this.keep = null;
     let index = steps.length - 1;
     if (!keep.atEnd && keep.step !== null && keep.step !== undefined) {
-      const s = stepAtOrBefore(steps, keep.step);
-      index = s === null ? 0 : steps.indexOf(s);
+      index = Math.max(0, indexAtOrBefore(steps, keep.step));
     }
     this.timeline.setSteps(steps, index);
     this.followEnd = index >= steps.length - 1;

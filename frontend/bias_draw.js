@@ -2,8 +2,8 @@
 // maps laid over their images (canvas). Pure builders: they take data, return elements, fetch nothing.
 
 import { sequential } from './colormap.js';
+import { el, svg } from './dom.js';
 
-const SVG = 'http://www.w3.org/2000/svg';
 /** Subgroup keys: all images, then target (t) and protected (p) attribute 1 or 0. */
 export const SUBGROUPS = ['all', 't1p1', 't1p0', 't0p1', 't0p0'];
 /** One colour per score line, in order (the chance level is the same colour, dashed). */
@@ -11,17 +11,6 @@ export const SCORE_COLORS = ['#e65100', '#1565c0', '#2e7d32', '#6a1b9a', '#00838
 const WIDTH = 320;
 const HEIGHT = 150;
 const PAD = { left: 30, right: 8, top: 8, bottom: 20 };
-
-/**
- * @param {string} tag
- * @param {Record<string, string|number>} attrs
- * @returns {SVGElement}
- */
-function svg(tag, attrs = {}) {
-  const node = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
-  return node;
-}
 
 /**
  * A chart of each score's mean over all images against the steps, with its chance level dashed.
@@ -133,14 +122,6 @@ export function decodeBytes(base64) {
 export function decodeFloats(base64) {
   const bytes = decodeBytes(base64);
   return new Float32Array(bytes.buffer, bytes.byteOffset, Math.floor(bytes.byteLength / 4));
-}
-
-/** @param {string} tag @param {string} [className] @param {string} [text] @returns {HTMLElement} */
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
 }
 
 /** @param {unknown} v @returns {string} */

@@ -5,45 +5,33 @@
 //
 // Interface (self-contained; the app shell owns the state and the timeline):
 //   const view = new BiasView({errors, onBack});  view.mount(container, {api, state});
+//   (api: the functions of bias_api.js, the default; a test may pass its own)
 //   await view.update(state);   // state: {run, compare, step, bias?}: reloads the shown runs' evaluations
 //   view.steps();               // the evaluation steps of the shown runs, for the timeline
 //   await view.showStep(step);  // follows the timeline
 // Hooks: select[data-action=bias-evaluation], .xray-bias-run[data-run], td[data-score][data-subgroup]
 // (data-mean, data-chance, data-count), svg.xray-bias-chart[data-run], canvas.xray-bias-example[data-map].
 
-import { getJson } from './api.js';
-import { loadStylesheet } from './dom.js';
+import * as biasApi from './bias_api.js';
+import { el, loadStylesheet } from './dom.js';
+import { stepAtOrBefore, unionSteps } from './steps.js';
 import { exampleFigures, SCORE_COLORS, scoreChart, subgroupTable } from './bias_draw.js';
+
+/** @typedef {typeof import('./bias_api.js')} BiasApi */
 
 const NO_EVALUATION = 'No bias evaluation in the shown runs yet: call '
   + 'xray.attention_iou(loader, target=..., protected=..., masks=...) to write one.';
 
-/** @param {string} tag @param {string} [className] @param {string} [text] @returns {HTMLElement} */
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
-/** @param {number[]} steps sorted @param {number|null} step @returns {number|null} */
-export function stepAtOrBefore(steps, step) {
-  if (step === null || step === undefined) return steps.length ? steps[steps.length - 1] : null;
-  let found = null;
-  for (const s of steps) if (s <= step) found = s;
-  return found;
-}
-
 export class BiasView {
   /**
    * @param {{errors?: {set: Function, clear: Function}, onBack?: () => void,
-   *   onEvaluation?: (name: string) => void}} [deps]
+   *   onEvaluation?: (name: string) => void, api?: BiasApi}} [deps]
    */
   constructor(deps = {}) {
     this.errors = deps.errors || null;
     this.onBack = deps.onBack || null;
     this.onEvaluation = deps.onEvaluation || null;
-    this.api = { getJson };
+    /** @type {BiasApi} */ this.api = deps.api || biasApi;
     /** @type {string[]} */ this.runs = [];
     /** @type {Map<string, {evaluations: any[], series: any|null, signature: string}>} */ this.info = new Map();
     /** @type {Map<string, Promise<any>>} */ this.cache = new Map();
@@ -81,7 +69,7 @@ export class BiasView {
     this.element.append(header, this.hint, this.body);
   }
 
-  /** @param {HTMLElement} container @param {{api?: {getJson: Function}, state?: any}} [options] */
+  /** @param {HTMLElement} container @param {{api?: BiasApi, state?: any}} [options] */
   mount(container, options = {}) {
     if (options.api) this.api = options.api;
     loadStylesheet('./bias_view.css', import.meta.url);
@@ -130,9 +118,7 @@ export class BiasView {
 
   /** @returns {number[]} The shown runs' steps of the chosen evaluation, sorted. */
   steps() {
-    const all = new Set();
-    for (const run of this.runs) for (const s of this.runSteps(run)) all.add(s);
-    return [...all].sort((a, b) => a - b);
+    return unionSteps(this.runs.map((run) => this.runSteps(run)));
   }
 
   /** @param {string} run @returns {number[]} */
@@ -155,8 +141,7 @@ export class BiasView {
   /** @param {string} run @returns {Promise<boolean>} Whether the run answered. */
   async loadRun(run) {
     try {
-      const body = await this.api.getJson('bias/evaluations', { run });
-      const evaluations = Array.isArray(body.evaluations) ? body.evaluations : [];
+      const evaluations = await this.api.fetchBiasEvaluations(run);
       const signature = JSON.stringify(evaluations);
       const known = this.info.get(run);
       if (!known || known.signature !== signature) this.forget(run);
@@ -180,20 +165,26 @@ export class BiasView {
     const info = this.info.get(run);
     if (!this.runSteps(run).length) { info.series = null; return; }
     try {
-      info.series = await this.fetch('bias/series', run, null);
+      info.series = await this.fetch('series', run, null);
     } catch (e) {
       info.series = null;
       if (this.errors) this.errors.set(`bias:${run}`, e);
     }
   }
 
-  /** A cached GET of one route for one run, evaluation and step. */
-  fetch(route, run, step) {
-    const key = [route, run, this.evaluation, step].join('\u0000');
+  /**
+   * A cached read of one run's evaluation: its series (step null), or its result or examples at a step.
+   * @param {'series'|'result'|'examples'} what
+   * @param {string} run
+   * @param {number|null} step
+   */
+  fetch(what, run, step) {
+    const key = [what, run, this.evaluation, step].join('\u0000');
     if (!this.cache.has(key)) {
-      const params = { run, evaluation: this.evaluation };
-      if (step !== null) params.step = step;
-      const pending = this.api.getJson(route, params);
+      const evaluation = this.evaluation;
+      const pending = what === 'series' ? this.api.fetchBiasSeries(run, evaluation)
+        : what === 'result' ? this.api.fetchBiasResult(run, evaluation, step)
+          : this.api.fetchBiasExamples(run, evaluation, step);
       pending.catch(() => this.cache.delete(key));
       this.cache.set(key, pending);
     }
@@ -230,7 +221,11 @@ export class BiasView {
     this.summary.textContent = t && p ? `target ${t.name}, protected ${p.name}` : '';
   }
 
-  /** Shows each run's evaluation at or before `step`. @param {number|null} step */
+  /**
+   * Shows each run's evaluation at or before `step`; with no step (null: the timeline has none yet),
+   * each run's last evaluation.
+   * @param {number|null} step
+   */
   async showStep(step) {
     this.step = step;
     const seq = this.seq;
@@ -238,7 +233,9 @@ export class BiasView {
       const parts = this.columns.get(run);
       if (!parts) return;
       const steps = this.runSteps(run);
-      const shown = stepAtOrBefore(steps, step);
+      const shown = step === null || step === undefined
+        ? (steps.length ? steps[steps.length - 1] : null)
+        : stepAtOrBefore(steps, step);
       parts.chart.mark(shown);
       if (shown === parts.shown) return;
       parts.shown = shown;
@@ -255,8 +252,8 @@ export class BiasView {
       parts.stepLine.textContent = `step ${shown}${before}`;
       try {
         const [result, examples] = await Promise.all([
-          this.fetch('bias/result', run, shown),
-          this.fetch('bias/examples', run, shown).catch(() => null),
+          this.fetch('result', run, shown),
+          this.fetch('examples', run, shown).catch(() => null),
         ]);
         if (seq !== this.seq || parts.shown !== shown) return;
         parts.table.replaceChildren(subgroupTable(result));

@@ -1,31 +1,6 @@
-// Run comparison: each run's step for the one timeline, and the difference of two runs' frames.
-
-import { stepAtOrBefore } from './frame_text.js';
+// Run comparison: the difference of two runs' frames (each run's step is steps.js's stepAtOrBefore).
 
 /** @typedef {import('./frame_text.js').DecodedFrame} DecodedFrame */
-
-/**
- * Sorted union of step lists.
- * @param {number[][]} lists
- * @returns {number[]}
- */
-export function unionSteps(lists) {
-  const all = new Set();
-  for (const list of lists) for (const s of list) all.add(s);
-  return [...all].sort((a, b) => a - b);
-}
-
-/**
- * The step each run shows for the timeline's step: its nearest recorded step at or before it.
- * @param {Record<string, number[]>} stepsByRun
- * @param {number} requested
- * @returns {Record<string, number|null>}
- */
-export function stepsForRuns(stepsByRun, requested) {
-  const out = {};
-  for (const [run, steps] of Object.entries(stepsByRun)) out[run] = stepAtOrBefore(steps, requested);
-  return out;
-}
 
 /**
  * Why two frames cannot be subtracted, or null when they can: same original shape, same kept

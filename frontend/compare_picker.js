@@ -1,6 +1,6 @@
 // Picks the runs shown next to the main run: one checkbox per other run (input[data-compare-run]).
 
-import { el } from './controls.js';
+import { el } from './dom.js';
 
 export class ComparePicker {
   /** @param {(runs: string[]) => void} onChange  The checked runs, in run-list order. */

@@ -3,21 +3,8 @@
 
 /** @typedef {import('./api.js').LayerInfo} LayerInfo */
 
+import { el } from './dom.js';
 import { KIND_BADGES } from './graph_draw.js';
-
-/**
- * Creates an element with a class and optional text.
- * @param {string} tag
- * @param {string} [className]
- * @param {string} [text]
- * @returns {HTMLElement}
- */
-export function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
 
 /** A <select id="xray-run"> of the runs that hold Xray data. */
 export class RunPicker {

@@ -1,4 +1,33 @@
-// Small DOM helpers shared by the views: stylesheets loaded once, canvases sized for the screen.
+// Small DOM helpers shared by the views: elements (HTML and SVG) with a class and attributes,
+// stylesheets loaded once, canvases sized for the screen.
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+
+/**
+ * Creates an element with a class and optional text.
+ * @param {string} tag
+ * @param {string} [className]
+ * @param {string} [text]
+ * @returns {HTMLElement}
+ */
+export function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+/**
+ * Creates an SVG element with attributes.
+ * @param {string} tag
+ * @param {Record<string, string|number>} [attrs]
+ * @returns {SVGElement}
+ */
+export function svg(tag, attrs = {}) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  return /** @type {SVGElement} */ (node);
+}
 
 /**
  * Adds a stylesheet to the page once (by its resolved URL); resolves when it applied or failed (at

@@ -1,6 +1,6 @@
 // The page-level error banner: one line per failing source, cleared when that source recovers.
 
-import { el } from './controls.js';
+import { el } from './dom.js';
 
 export class ErrorBanner {
   constructor() {

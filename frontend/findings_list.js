@@ -4,7 +4,7 @@
 // Hooks: .xray-findings, [data-finding][data-rule][data-layer][data-step][data-run],
 // .xray-findings-none[data-run].
 
-import { el } from './controls.js';
+import { el } from './dom.js';
 import { fetchFindings } from './health_api.js';
 import { formatValue } from './format.js';
 

@@ -4,7 +4,7 @@ import { formatShape, formatValue } from './format.js';
 
 /** @typedef {import('./api.js').Kind} Kind */
 /** @typedef {import('./api.js').Frame} Frame */
-/** @typedef {import('./heatmap.js').Panel} Panel */
+/** @typedef {import('./heatmap_layout.js').Panel} Panel */
 /** @typedef {Frame & {decoded: Panel[]}} DecodedFrame */
 
 /** @type {Record<Kind, string>} */
@@ -28,28 +28,6 @@ export const KIND_HINTS = {
   activation: 'the activation recorded for one sample of the batch',
   grad: 'gradient of the loss with respect to the layer’s output, for one sample',
 };
-
-/**
- * The recorded step to show for a requested step: the requested one or the nearest earlier one.
- * @param {number[]} steps  Sorted steps recorded for the kind.
- * @param {number} requested
- * @returns {number|null}  null when the kind has no step at or before `requested`.
- */
-export function stepAtOrBefore(steps, requested) {
-  let lo = 0;
-  let hi = steps.length - 1;
-  let found = null;
-  while (lo <= hi) {
-    const mid = (lo + hi) >> 1;
-    if (steps[mid] <= requested) {
-      found = steps[mid];
-      lo = mid + 1;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return found;
-}
 
 /**
  * How pooled panels are shown, for the info line: "" when drawn whole.

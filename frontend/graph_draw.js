@@ -1,6 +1,6 @@
-// SVG helpers for the architecture view: element creation, node labels and edge paths. No state.
+// SVG helpers for the architecture view: node labels, edge paths, node and group boxes. No state.
 
-const SVG_NS = 'http://www.w3.org/2000/svg';
+import { svg } from './dom.js';
 
 /** Short badges of the recorded kinds. */
 export const KIND_BADGES = {
@@ -12,18 +12,6 @@ export const KIND_BADGES = {
   activation: 'act',
   grad: '∇out',
 };
-
-/**
- * Creates an SVG element with attributes.
- * @param {string} tag
- * @param {Record<string, string|number>} attrs
- * @returns {SVGElement}
- */
-export function svg(tag, attrs) {
-  const node = document.createElementNS(SVG_NS, tag);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
-  return /** @type {SVGElement} */ (node);
-}
 
 /**
  * Title and subtitle of a node's box.

@@ -6,11 +6,11 @@
 // badges. Hooks: data-value on coloured nodes and groups, .xray-finding-badge[data-rule],
 // .xray-health-legend[data-stat][data-scale].
 
-import { el } from './controls.js';
+import { el, svg } from './dom.js';
 import { ancestors } from './graph_model.js';
-import { svg } from './graph_draw.js';
 import { HEALTH_STATS, fetchFindings, fetchHealth } from './health_api.js';
 import { drawLegend, healthScale } from './health_scale.js';
+import { indexAtOrBefore } from './steps.js';
 
 /** Letters of the finding badges. */
 const RULE_BADGES = { nonfinite: '!', dead_units: '†', vanishing_gradient: '↓', exploding_gradient: '↑', saturation: 'S', update_ratio: 'u' };
@@ -40,17 +40,8 @@ export function indexMatrix(m) {
 
 /** The value at the latest step at or before `step`, or undefined. */
 export function valueAt(series, step) {
-  let lo = 0;
-  let hi = series.steps.length - 1;
-  let found = -1;
-  while (lo <= hi) {
-    const mid = (lo + hi) >> 1;
-    if (series.steps[mid] <= step) {
-      found = mid;
-      lo = mid + 1;
-    } else hi = mid - 1;
-  }
-  return found < 0 ? undefined : series.values[found];
+  const i = indexAtOrBefore(series.steps, step);
+  return i < 0 ? undefined : series.values[i];
 }
 
 /** Whether `a` is worse than `b` (non-finite first, then the larger magnitude). */

@@ -4,10 +4,10 @@
 // clicking one opens its layer view. Stable hooks: [data-node-id], [data-layer], [data-group],
 // [data-action=expand-all|collapse-all|fit], input[data-action=search].
 
-import { el } from './controls.js';
+import { el, svg } from './dom.js';
 import { LayoutClient } from './graph_layout.js';
 import { allGroups, ancestors, buildHierarchy, defaultExpanded, groupKey, visibleEdges } from './graph_model.js';
-import { svg, edgePath, drawNode, drawGroup } from './graph_draw.js';
+import { edgePath, drawNode, drawGroup } from './graph_draw.js';
 import { GraphHealth } from './graph_health.js';
 import { PanZoom } from './graph_panzoom.js';
 

@@ -4,7 +4,7 @@
 // .xray-health-chart[data-stat][data-layer][data-run][data-axis] with data-step = the marked step.
 
 import uPlot from './vendor/uplot.esm.js';
-import { el } from './controls.js';
+import { el } from './dom.js';
 import { formatValue } from './format.js';
 
 /** One colour per shown run, main run first. */

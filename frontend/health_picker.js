@@ -2,7 +2,7 @@
 // health matrix shows and the graph is coloured by. Its options are the run's recorded statistics
 // (the built-in list until /health told which), plus, for the graph, "no colours" (value "").
 
-import { el } from './controls.js';
+import { el } from './dom.js';
 import { HEALTH_STATS } from './health_api.js';
 
 export class StatPicker {

@@ -6,8 +6,7 @@
 import { LUT_SIZE, NAN_COLOR, INF_COLOR, cssColor, diverging, sequential } from './colormap.js';
 import { statScale } from './health_api.js';
 import { formatValue } from './format.js';
-import { el } from './controls.js';
-import { loadStylesheet } from './dom.js';
+import { el, loadStylesheet } from './dom.js';
 
 const LAST = LUT_SIZE - 1;
 const LITTLE = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;

@@ -6,7 +6,7 @@
 // Hooks: .xray-health-matrix[data-run][data-stat][data-steps][data-columns], its rows
 // .xray-health-row[data-layer][data-values], .xray-health-readout[data-layer][data-step][data-value].
 
-import { el } from './controls.js';
+import { el } from './dom.js';
 import { ApiError } from './api.js';
 import { fetchHealth, HEALTH_STATS } from './health_api.js';
 import { drawMatrix } from './health_draw.js';

@@ -3,7 +3,7 @@
 // iteration (one series per shown run, the timeline's step marked), the per-channel variance at the
 // step, epoch aggregates; and the dead units of a panel's step for the heatmaps' outlines.
 
-import { el } from './controls.js';
+import { el } from './dom.js';
 import { baseLayer } from './graph_model.js';
 import { HealthChart } from './health_charts.js';
 import { fetchHealthVector, fetchLayerHealth, fetchPrunePlan } from './health_api.js';

@@ -3,9 +3,9 @@
 // per frame, or fixed over the timeline. A button goes back to the graph with the layer marked.
 
 import { KINDS, ApiError } from './api.js';
-import { el } from './controls.js';
-import { differenceBlocker, differenceFrame, unionSteps } from './compare.js';
-import { stepAtOrBefore } from './frame_text.js';
+import { el } from './dom.js';
+import { differenceBlocker, differenceFrame } from './compare.js';
+import { stepAtOrBefore, unionSteps } from './steps.js';
 import { KindSection } from './section.js';
 import { LayerHealth } from './layer_health.js';
 import { unitsOnLastDim } from './unit_outline.js';

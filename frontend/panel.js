@@ -3,10 +3,11 @@
 // given; the app fetches. The container carries data-run, data-layer, data-kind, data-step and
 // data-state, always set to what it shows now.
 
-import { el } from './controls.js';
+import { el } from './dom.js';
 import { makeScale, cssColor, NAN_COLOR, INF_COLOR } from './colormap.js';
 import { drawColorbar } from './colorbar.js';
-import { drawHeatmap, hitTest, shownPanels, tileWidthOf } from './heatmap.js';
+import { drawHeatmap } from './heatmap.js';
+import { hitTest, shownPanels, tileWidthOf } from './heatmap_layout.js';
 import { formatValue } from './format.js';
 import { describeFrame, describePooling, KIND_TITLES } from './frame_text.js';
 import { originalIndex } from './tensor_index.js';

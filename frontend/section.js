@@ -2,12 +2,10 @@
 // difference panel (first run − second run) when two runs are shown. It also offers the kind as an
 // animated GIF over the timeline (drawn by the server with the recorder's save_gif).
 
-import { el } from './controls.js';
+import { el } from './dom.js';
 import { KIND_HINTS, KIND_TITLES } from './frame_text.js';
 import { RunPanel } from './panel.js';
 import { gifUrl } from './export.js';
-
-export { stepAtOrBefore, describeFrame, describePooling, KIND_TITLES } from './frame_text.js';
 
 /** @typedef {import('./api.js').Kind} Kind */
 

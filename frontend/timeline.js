@@ -3,8 +3,9 @@
 // never shows half-loaded steps. Steps with severe findings are marked over the scrubber's track.
 // Hooks: [data-action=play], select[data-action=speed], [data-timeline-mark][data-step][data-rule].
 
-import { el, Scrubber } from './controls.js';
-import { stepAtOrBefore } from './frame_text.js';
+import { Scrubber } from './controls.js';
+import { el } from './dom.js';
+import { indexAtOrBefore } from './steps.js';
 
 /** Steps per second offered by the speed setting. */
 export const SPEEDS = [1, 2, 4, 8, 16];
@@ -79,8 +80,7 @@ export class Timeline {
       node.title = `step ${mark.step}: ${mark.rule}${others.length ? ` in ${[...new Set(others)].join(', ')}` : ''}`;
       node.style.left = `${markPosition(steps, mark.step) * 100}%`;
       node.addEventListener('click', () => {
-        const at = stepAtOrBefore(steps, mark.step);
-        this.scrubber.setSteps(steps, at === null ? 0 : steps.indexOf(at));
+        this.scrubber.setSteps(steps, Math.max(0, indexAtOrBefore(steps, mark.step)));
         this.scrubber.changed(true);
       });
       nodes.push(node);
@@ -148,7 +148,6 @@ export function markPosition(steps, step) {
   const n = steps.length;
   if (n <= 1 || step <= steps[0]) return 0;
   if (step >= steps[n - 1]) return 1;
-  let i = 0;
-  while (i + 1 < n && steps[i + 1] <= step) i++;
+  const i = indexAtOrBefore(steps, step);
   return (i + (step - steps[i]) / (steps[i + 1] - steps[i])) / (n - 1);
 }

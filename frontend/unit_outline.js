@@ -5,7 +5,7 @@
 // columns of one panel.
 
 import { originalIndex } from './tensor_index.js';
-import { backingScale } from './heatmap.js';
+import { backingScale } from './heatmap_layout.js';
 import { sizeCanvas } from './dom.js';
 
 /** @param {string|null|undefined} type  The layer's module type. */
@@ -15,7 +15,7 @@ export function unitsOnLastDim(type) {
 
 /**
  * Rectangles (CSS pixels of the heatmap canvas) of the drawn cells that show a dead unit.
- * @param {import('./heatmap.js').Layout} layout
+ * @param {import('./heatmap_layout.js').Layout} layout
  * @param {any} meta  The frame's meta (original_shape, dim, indices, batch_index).
  * @param {boolean} lastDim
  * @param {Set<number>} dead
