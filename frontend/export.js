@@ -1,5 +1,5 @@
 // Export: a panel as a PNG (the canvas as drawn), and a layer's kind as an animated GIF over the
-// timeline, which the server draws with the recorder's save_gif (route /gif).
+// timeline, which the plugin draws (tb_plugin/gif.py, route /gif).
 
 /**
  * Downloads a canvas as a PNG file.

@@ -1,6 +1,6 @@
 // One recorded kind of the shown layer: a title and one panel per shown run, side by side, plus a
 // difference panel (first run − second run) when two runs are shown. It also offers the kind as an
-// animated GIF over the timeline (drawn by the server with the recorder's save_gif).
+// animated GIF over the timeline (drawn by the plugin, tb_plugin/gif.py).
 
 import { el } from './dom.js';
 import { KIND_HINTS, KIND_TITLES } from './frame_text.js';
