@@ -43,7 +43,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from xray_tb import HealthOptions, Xray  # noqa: E402
-from xray_tb.schedules import at  # noqa: E402
+from xray_tb.capture.schedules import at  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_models import MODELS, Workload, workload  # noqa: E402

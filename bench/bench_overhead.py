@@ -68,7 +68,7 @@ from torch.utils.tensorboard import SummaryWriter
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from examples.digits import LeNetDigits, digits_loader  # noqa: E402
 from xray_tb import Xray  # noqa: E402
-from xray_tb.schedules import at  # noqa: E402
+from xray_tb.capture.schedules import at  # noqa: E402
 from xray_tb.health import HealthOptions  # noqa: E402
 
 os.environ.setdefault("WANDB_SILENT", "true")  # wandb's banners off; nothing leaves the machine (offline)

@@ -5,7 +5,7 @@
 * ``/ranges?run&layer``: each recorded kind's value range over every step (the recorder's ``min`` and
   ``max`` statistics, :mod:`tb_plugin.frame_stats`), for a colour scale fixed over the timeline.
 * ``/gif?run&layer&kind[&fps][&max_frames]``: an animated GIF of one kind over the timeline, drawn
-  by the recorder's :func:`xray_tb.views.save_gif` on one colour scale.
+  by the recorder's :func:`xray_tb.notebook.views.save_gif` on one colour scale.
 
 Every parameter is validated with :mod:`tb_plugin.params`; errors are JSON 400/404 like every route.
 """
@@ -143,7 +143,7 @@ def _draw_gif(frames, fps: int) -> bytes:
         import matplotlib
 
         matplotlib.use("Agg")
-        from xray_tb import views
+        from xray_tb.notebook import views
     except ImportError as error:
         raise GifUnavailableError(f"GIF export needs matplotlib in TensorBoard's environment: pip install 'xray-tb[notebook]' ({error})") from None
     handle, path = tempfile.mkstemp(suffix=".gif", prefix="xray-")

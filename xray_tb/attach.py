@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Optional
 
 from torch import nn
 
-from xray_tb import arguments
-from xray_tb.hooks import TapRecorder, _Hook
-from xray_tb.reader import last_recorded_step
-from xray_tb.tracer import trace
-from xray_tb.writer import EventSink
+from xray_tb.trace import arguments
+from xray_tb.capture.hooks import TapRecorder, _Hook
+from xray_tb.io.reader import last_recorded_step
+from xray_tb.trace.tracer import trace
+from xray_tb.io.sink import EventSink
 
 if TYPE_CHECKING:
     from xray_tb.xray import Xray

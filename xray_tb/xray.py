@@ -15,18 +15,19 @@ import torch
 from torch import nn
 
 from tb_plugin import metadata
-from xray_tb import arguments, graph
-from xray_tb import plan as plans
+from xray_tb.trace import arguments
+from xray_tb.trace import graph
+from xray_tb.capture import plan as plans
 from xray_tb.attach import Resources, step_counter, trace_model, warn_about_earlier_captures
-from xray_tb.capture import MISSING_REASONS, CaptureContext, CaptureReport, capture
+from xray_tb.capture.capture import MISSING_REASONS, CaptureContext, CaptureReport, capture
 from xray_tb.health import HealthMixin, HealthOptions
-from xray_tb.hooks import TapRecorder
-from xray_tb.probe import run_probe
-from xray_tb.reader import RecordedRun
-from xray_tb.readback import ReadBackMixin
-from xray_tb.schedules import ScheduleLike, as_schedule
-from xray_tb.selectors import RandomFilters, Selector
-from xray_tb.writer import EventSink
+from xray_tb.capture.hooks import TapRecorder
+from xray_tb.capture.probe import run_probe
+from xray_tb.io.reader import RecordedRun
+from xray_tb.notebook.readback import ReadBackMixin
+from xray_tb.capture.schedules import ScheduleLike, as_schedule
+from xray_tb.capture.selectors import RandomFilters, Selector
+from xray_tb.io.sink import EventSink
 
 #: Default cap on the bytes of frame values one capture writes (16 MiB).
 DEFAULT_BUDGET_BYTES = 16 * 2**20
@@ -157,7 +158,7 @@ class Xray(HealthMixin, ReadBackMixin):
         return copy.deepcopy(self._plan)
 
     def set_plan(self, plan: plans.PlanLike) -> None:
-        """Validate ``plan`` and record by it from now on (see :mod:`xray_tb.plan`)."""
+        """Validate ``plan`` and record by it from now on (see :mod:`xray_tb.capture.plan`)."""
         self._sink  # noqa: B018 - raises if closed
         self._install(*self._prepare(plan))
 

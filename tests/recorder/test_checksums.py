@@ -5,7 +5,7 @@ import os
 import pytest
 from tensorboard.compat.tensorflow_stub import pywrap_tensorflow
 
-from xray_tb import checksums
+from xray_tb.io import checksums
 
 pytest.importorskip("google_crc32c")
 
@@ -23,7 +23,7 @@ def test_a_missing_fast_crc32c_is_warned_once(monkeypatch, tmp_path):
     import sys
     import warnings
 
-    from xray_tb.writer import EventSink
+    from xray_tb.io.sink import EventSink
 
     monkeypatch.setitem(sys.modules, "google_crc32c", None)  # as if it were not installed
     monkeypatch.setattr(checksums, "_installed", False)

@@ -25,8 +25,8 @@ from tb_plugin import frame_stats, metadata
 from tests.damaged_files import DAMAGES, FOOTER, HEADER, damage_file, pack_record, record_spans, with_payload
 from tests.tensorboard_server import get_json, tensorboard
 from xray_tb import Xray
-from xray_tb.reader import last_recorded_step, open_run
-from xray_tb.records import DamagedEventFileWarning, RecordReader
+from xray_tb.io.reader import last_recorded_step, open_run
+from xray_tb.io.records import DamagedEventFileWarning, RecordReader
 
 PLAN = {"0": {"weight": True, "output": True, "grad": True}, "3": {"weight": True, "activation": True}}
 STEPS = list(range(6))

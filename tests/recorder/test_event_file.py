@@ -7,7 +7,7 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
 from tb_plugin import metadata
-from xray_tb.event_file import FILE_SUFFIX, EventFile
+from xray_tb.io.event_file import FILE_SUFFIX, EventFile
 
 
 def test_records_are_read_back_by_tensorboard_while_the_file_is_open(tmp_path):

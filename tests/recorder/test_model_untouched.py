@@ -11,8 +11,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from xray_tb import Xray
-from xray_tb.graph import Graph, Tap
-from xray_tb.tracer import trace
+from xray_tb.trace.graph import Graph, Tap
+from xray_tb.trace.tracer import trace
 
 # ----------------------------------------------------------------------------- models with state in forward
 

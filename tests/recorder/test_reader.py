@@ -14,7 +14,7 @@ from torch.nn import functional as F
 
 from tb_plugin import metadata
 from xray_tb import RandomFilters, Xray
-from xray_tb.reader import open_run
+from xray_tb.io.reader import open_run
 
 PLAN = {"zconv": {"weight": True, "weight_grad": True, "output": True, "grad": True}, "alinear": {"weight": True}}
 STEPS = [0, 10, 20]

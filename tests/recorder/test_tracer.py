@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from tests import models
-from xray_tb.summary_table import summary_table
-from xray_tb.tracer import trace
+from xray_tb.trace.summary_table import summary_table
+from xray_tb.trace.tracer import trace
 
 SMALL_MODELS = [
     models.NestedSequential,

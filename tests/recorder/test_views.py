@@ -15,9 +15,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from tb_plugin.metadata import FrameHeader
-from xray_tb import Xray, views
-from xray_tb.reader import open_run
-from xray_tb.views import save_gif, show_frames
+from xray_tb import Xray
+from xray_tb.notebook import views
+from xray_tb.io.reader import open_run
+from xray_tb.notebook.views import save_gif, show_frames
 
 matplotlib.use("Agg")
 

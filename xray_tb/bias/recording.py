@@ -15,7 +15,7 @@ from tensorboard.compat.proto import event_pb2
 from tb_plugin import bias_metadata
 from xray_tb.bias.evaluation import MasksLike, evaluate
 from xray_tb.bias.report import BiasReport, Examples
-from xray_tb.records import run_events
+from xray_tb.io.records import run_events
 
 
 def attention_iou(
@@ -62,7 +62,7 @@ def attention_iou(
 
 def write_report(sink, report: BiasReport, step: int, *, run_id: str = "", wall_time: Optional[float] = None) -> None:
     """Write ``report`` (and its examples) at ``step`` as one event through ``sink`` (an
-    :class:`xray_tb.writer.EventSink`), and flush it."""
+    :class:`xray_tb.io.sink.EventSink`), and flush it."""
     document = dict(report.to_json(), run_id=run_id)
     summary = bias_metadata.result_summary(document)
     if report.examples is not None:

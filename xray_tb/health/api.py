@@ -21,7 +21,7 @@ from xray_tb.health.findings import Finding, NonFinite
 from xray_tb.health.monitor import HealthMonitor
 from xray_tb.health.options import HealthOptions, as_options
 from xray_tb.health.stats import CUSTOM_KINDS, CustomActivationStatistic, CustomParameterStatistic
-from xray_tb.hooks import _Hook
+from xray_tb.capture.hooks import _Hook
 
 
 class HealthMixin:

@@ -9,7 +9,7 @@ from tensorboard.util import tensor_util
 
 from tb_plugin import health_metadata, metadata
 from xray_tb.health.findings import Finding
-from xray_tb.records import run_events
+from xray_tb.io.records import run_events
 
 
 def _values(logdir: str):

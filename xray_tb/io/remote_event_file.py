@@ -1,5 +1,5 @@
 """Xray's event file in an object store (``s3://bucket/prefix/run``), written through TensorBoard's
-file layer (see :mod:`xray_tb.storage`).
+file layer (see :mod:`xray_tb.io.storage`).
 
 An object store cannot append: TensorBoard's own S3 writer keeps the whole file in a temporary file
 and uploads all of it again at every flush, so a long run uploads quadratically many bytes. Xray
@@ -28,9 +28,9 @@ import warnings
 
 from tensorboard.compat.proto import event_pb2
 
-from xray_tb import storage
-from xray_tb.checksums import use_fast_crc32c
-from xray_tb.event_file import FILE_SUFFIX, encode_record, file_stem, version_event
+from xray_tb.io import storage
+from xray_tb.io.checksums import use_fast_crc32c
+from xray_tb.io.event_file import FILE_SUFFIX, encode_record, file_stem, version_event
 
 
 class RemoteEventFile:

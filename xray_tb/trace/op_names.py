@@ -1,5 +1,5 @@
 """Naming the tracer's function nodes and keeping their JSON-scalar arguments (see the schema in
-:mod:`xray_tb.tracer`: ``op`` names and ``kwargs``)."""
+:mod:`xray_tb.trace.tracer`: ``op`` names and ``kwargs``)."""
 
 from __future__ import annotations
 

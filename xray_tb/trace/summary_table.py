@@ -1,4 +1,4 @@
-"""A torchinfo-like text table of a traced architecture (the dict from ``xray_tb.tracer.trace``).
+"""A torchinfo-like text table of a traced architecture (the dict from ``xray_tb.trace.tracer.trace``).
 
 One row per node in execution order (inputs, module calls, function ops, outputs; an output
 row shows the shape it receives), with a header row each time a group (container) is

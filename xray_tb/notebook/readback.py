@@ -10,9 +10,9 @@ import numpy as np
 import torch
 
 from tb_plugin import metadata
-from xray_tb import views
-from xray_tb.reader import RecordedRun, open_run
-from xray_tb.summary_table import summary_table
+from xray_tb.notebook import views
+from xray_tb.io.reader import RecordedRun, open_run
+from xray_tb.trace.summary_table import summary_table
 
 
 class ReadBackMixin:

@@ -96,7 +96,7 @@ What becomes a node
   not nodes. Global module hooks (``nn.modules.module.register_module_forward_pre_hook``) run
   outside the call; disarm them while tracing.
 
-Side effects: none on the model, within what :func:`xray_tb.state.preserved` restores, also
+Side effects: none on the model, within what :func:`xray_tb.trace.state.preserved` restores, also
 when the forward raises. The forward runs in the model's current train/eval mode, with grad enabled
 (the model's own ``torch.no_grad()`` sections still apply: their nodes are recorded but have no
 ``grad_fn``). No ``backward`` is run, so every ``.grad`` is untouched. Restored: every module's
@@ -132,8 +132,8 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from xray_tb.op_names import op_kwargs, op_name
-from xray_tb.state import preserved
+from xray_tb.trace.op_names import op_kwargs, op_name
+from xray_tb.trace.state import preserved
 
 ATOMIC_TYPES: tuple[type[nn.Module], ...] = (nn.MultiheadAttention, nn.RNNBase)
 """Modules with children that are traced as one leaf node."""

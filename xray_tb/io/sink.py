@@ -7,10 +7,10 @@ from typing import Optional
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
-from xray_tb import storage
-from xray_tb.checksums import warn_if_slow
-from xray_tb.event_file import EventFile
-from xray_tb.remote_event_file import RemoteEventFile
+from xray_tb.io import storage
+from xray_tb.io.checksums import warn_if_slow
+from xray_tb.io.event_file import EventFile
+from xray_tb.io.remote_event_file import RemoteEventFile
 
 
 class EventSink:
@@ -20,8 +20,8 @@ class EventSink:
     event file, next to the user's scalars; the writer stays the user's to close (a writer on a
     remote logdir uploads its whole file again at each flush: TensorBoard's S3 layer cannot append).
     Otherwise Xray writes an event file of its own in ``logdir``, closed by :meth:`close`: an
-    :class:`~xray_tb.event_file.EventFile` in a local folder, or a
-    :class:`~xray_tb.remote_event_file.RemoteEventFile` in a remote one (``s3://...``).
+    :class:`~xray_tb.io.event_file.EventFile` in a local folder, or a
+    :class:`~xray_tb.io.remote_event_file.RemoteEventFile` in a remote one (``s3://...``).
     """
 
     def __init__(self, logdir: Optional[str] = None, writer=None):

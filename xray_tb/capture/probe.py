@@ -7,8 +7,8 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from xray_tb.hooks import TapRecorder
-from xray_tb.state import preserved
+from xray_tb.capture.hooks import TapRecorder
+from xray_tb.trace.state import preserved
 
 
 def run_probe(
@@ -17,7 +17,7 @@ def run_probe(
     """Forward the probe ``inputs`` in eval mode with ``recorder`` armed; with ``want_grads``, backward
     ``loss_fn(output, target)`` through ``torch.autograd.grad`` so no ``.grad`` is touched.
 
-    The model is left as it was (see :func:`xray_tb.state.preserved`): attributes, registries,
+    The model is left as it was (see :func:`xray_tb.trace.state.preserved`): attributes, registries,
     buffer values, train/eval modes and RNG state.
     """
     was_armed = recorder.armed

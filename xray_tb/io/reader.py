@@ -6,9 +6,9 @@
     stats = run.to_pandas()                 # one row per (step, layer, kind)
 
 Reading is tolerant: a damaged record or an unreadable value is skipped with a
-:class:`~xray_tb.records.DamagedEventFileWarning` naming the file and the byte offset, and every
+:class:`~xray_tb.io.records.DamagedEventFileWarning` naming the file and the byte offset, and every
 other frame is read. A step written twice (a crashed run resumed into the same folder) reads as its
-last write (see :mod:`xray_tb.run_contents`).
+last write (see :mod:`xray_tb.io.run_contents`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2
 
 from tb_plugin import metadata
-from xray_tb import storage
-from xray_tb.records import RecordReader
-from xray_tb.run_contents import RunContents, StoredFrame, holds_xray_blobs
+from xray_tb.io import storage
+from xray_tb.io.records import RecordReader
+from xray_tb.io.run_contents import RunContents, StoredFrame, holds_xray_blobs
 
 _EVENT_FILE_PREFIX = "events.out.tfevents."
 _MAX_LISTED_STEPS = 10  # an error lists every recorded step up to this many, else the nearest ones
@@ -41,7 +41,7 @@ def open_run(logdir: str | os.PathLike) -> RecordedRun:
 
     Returns:
         The run, its event files read once (damaged records and unreadable values skipped, with a
-        :class:`~xray_tb.records.DamagedEventFileWarning` each).
+        :class:`~xray_tb.io.records.DamagedEventFileWarning` each).
 
     Raises:
         FileNotFoundError: ``logdir`` is not a directory.

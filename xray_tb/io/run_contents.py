@@ -6,7 +6,7 @@ new event file with the same steps, shows the new captures. The document (archit
 written last is current, as on TensorBoard's loaders and in the plugin.
 
 An event that does not parse, or a frame, statistic or document whose bytes do not decode, is
-skipped with a :class:`~xray_tb.records.DamagedEventFileWarning` naming the file and the byte
+skipped with a :class:`~xray_tb.io.records.DamagedEventFileWarning` naming the file and the byte
 offset of its record; every other value is read.
 """
 
@@ -27,7 +27,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
 from tensorboard.util import tensor_util
 
 from tb_plugin import frame_stats, metadata
-from xray_tb.records import DamagedEventFileWarning, Record
+from xray_tb.io.records import DamagedEventFileWarning, Record
 
 #: Where a value was written: (event file name, byte offset of its record). Later is greater.
 Origin = tuple[str, int]

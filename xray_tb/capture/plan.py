@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from tb_plugin.metadata import KINDS, PARAMETER_KINDS
-from xray_tb import graph
-from xray_tb.selectors import Selector
+from xray_tb.trace import graph
+from xray_tb.capture.selectors import Selector
 
 ALIASES = {"layer": "output"}
 PlanLike = Union[Mapping[str, Mapping[str, bool]], Iterable[str]]

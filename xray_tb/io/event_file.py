@@ -8,7 +8,7 @@ TensorBoard reader (Python or Rust) reads the file:
 
     uint64 length | uint32 masked CRC32C of length | data | uint32 masked CRC32C of data
 
-A remote run directory (``s3://...``) gets a :class:`~xray_tb.remote_event_file.RemoteEventFile`
+A remote run directory (``s3://...``) gets a :class:`~xray_tb.io.remote_event_file.RemoteEventFile`
 instead (see there).
 """
 
@@ -23,7 +23,7 @@ import time
 from tensorboard.compat.proto import event_pb2
 from tensorboard.summary.writer import record_writer
 
-from xray_tb.checksums import use_fast_crc32c
+from xray_tb.io.checksums import use_fast_crc32c
 
 #: Appended to the file name, so an Xray file never collides with a SummaryWriter's in the same directory.
 FILE_SUFFIX = ".xray"

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from xray_tb.graph import Tap
+from xray_tb.trace.graph import Tap
 
 
 @dataclasses.dataclass

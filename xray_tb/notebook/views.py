@@ -109,7 +109,7 @@ def _pyplot():
     try:
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ImportError("xray_tb.views needs matplotlib: pip install 'xray-tb[notebook]'") from None
+        raise ImportError("xray_tb.notebook.views needs matplotlib: pip install 'xray-tb[notebook]'") from None
     return plt
 
 

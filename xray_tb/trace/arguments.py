@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from xray_tb.selectors import Selector
+from xray_tb.capture.selectors import Selector
 
 #: TensorBoard files steps as int64.
 STEP_RANGE = (-(2**63), 2**63 - 1)

@@ -1,11 +1,11 @@
-"""Questions asked of a traced architecture (the dict built by :mod:`xray_tb.tracer`)."""
+"""Questions asked of a traced architecture (the dict built by :mod:`xray_tb.trace.tracer`)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Optional
 
-from xray_tb.activations import ACTIVATION_MODULES, FUNCTIONAL_ACTIVATIONS
+from xray_tb.trace.activations import ACTIVATION_MODULES, FUNCTIONAL_ACTIVATIONS
 
 #: Modules that an activation is looked for through: conv → BatchNorm → ReLU gives the conv the ReLU.
 PASS_THROUGH_MODULES = frozenset(

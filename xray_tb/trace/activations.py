@@ -37,7 +37,7 @@ FUNCTIONAL_ACTIVATIONS: dict[str, tuple] = {
 }
 
 
-#: How the tracer writes non-finite floats into JSON (see :mod:`xray_tb.tracer`), back to their values.
+#: How the tracer writes non-finite floats into JSON (see :mod:`xray_tb.trace.tracer`), back to their values.
 _NON_FINITE = {"inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}
 
 

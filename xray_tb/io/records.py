@@ -26,8 +26,8 @@ from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2
 from tensorboard.summary.writer import record_writer
 
-from xray_tb import storage
-from xray_tb.checksums import use_fast_crc32c
+from xray_tb.io import storage
+from xray_tb.io.checksums import use_fast_crc32c
 
 _HEADER = 12  # uint64 length + uint32 checksum of the length
 _FOOTER = 4  # uint32 checksum of the data

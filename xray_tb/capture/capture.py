@@ -16,11 +16,11 @@ from torch import nn
 
 from tb_plugin import frame_stats, metadata
 from tb_plugin.metadata import BATCH_KINDS, FrameHeader
-from xray_tb.activations import recompute
-from xray_tb.graph import ActivationSource, Tap
-from xray_tb.hooks import TapValue
-from xray_tb.selectors import SelectionInfo, Selector, check_selection
-from xray_tb.statistics import as_float_array, frame_statistics
+from xray_tb.trace.activations import recompute
+from xray_tb.trace.graph import ActivationSource, Tap
+from xray_tb.capture.hooks import TapValue
+from xray_tb.capture.selectors import SelectionInfo, Selector, check_selection
+from xray_tb.capture.frame_statistics import as_float_array, frame_statistics
 
 #: Why a planned kind could not be recorded, by reason key.
 MISSING_REASONS = {
