@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from tests.event_files import read_xray_events
-from tests.recorder.test_xray import SmallCNN, batch, train_step
+from tests.helpers.training import SmallCNN, batch, train_step
 from xray_tb import RandomFilters, Xray
 
 

@@ -11,39 +11,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from tests.event_files import read_xray_events
+from tests.helpers.training import FULL, SmallCNN, assert_same_state, batch, state_of, train_step
 from xray_tb import FirstN, RandomFilters, Xray
-
-
-class SmallCNN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(1, 6, 3, padding=1)
-        self.bn = nn.BatchNorm2d(6)
-        self.relu = nn.ReLU()
-        self.pool = nn.MaxPool2d(2)
-        self.flatten = nn.Flatten()
-        self.fc1 = nn.Linear(6 * 4 * 4, 20)
-        self.act = nn.Tanh()
-        self.fc2 = nn.Linear(20, 3)
-
-    def forward(self, x):
-        x = self.pool(self.relu(self.bn(self.conv(x))))
-        return self.fc2(self.act(self.fc1(self.flatten(x))))
-
-
-FULL = {"weight": True, "weight_grad": True, "bias": True, "bias_grad": True, "output": True, "activation": True, "grad": True}
-
-
-def batch(seed=0, n=5):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, 1, 8, 8, generator=g), torch.randint(0, 3, (n,), generator=g)
-
-
-def train_step(model, x, y):
-    model.zero_grad()
-    loss = F.cross_entropy(model(x), y)
-    loss.backward()
-    return loss
 
 
 def reference_output_grads(model, x, y, layers):
@@ -117,28 +86,6 @@ def test_same_indices_across_captures_and_kinds(model, tmp_path):
     indices = {frames[("conv", kind, step)][0].indices.__repr__() for kind in kinds for step in range(3)}
     assert len(indices) == 1 and len(eval(indices.pop())) == 3
     assert sorted({key[2] for key in frames}) == [0, 1, 2]  # step=None counts captures
-
-
-def state_of(model):
-    return {
-        "params": {k: v.detach().clone() for k, v in model.named_parameters()},
-        "buffers": {k: v.clone() for k, v in model.named_buffers()},
-        "grads": {k: None if v.grad is None else v.grad.clone() for k, v in model.named_parameters()},
-        "training": {k: m.training for k, m in model.named_modules()},
-        "rng": torch.get_rng_state(),
-    }
-
-
-def assert_same_state(before, after):
-    for group in ("params", "buffers"):
-        assert before[group].keys() == after[group].keys()
-        for key in before[group]:
-            assert torch.equal(before[group][key], after[group][key]), (group, key)
-    for key, grad in before["grads"].items():
-        assert (grad is None) == (after["grads"][key] is None), key
-        assert grad is None or torch.equal(grad, after["grads"][key]), key
-    assert before["training"] == after["training"]
-    assert torch.equal(before["rng"], after["rng"])
 
 
 @pytest.mark.parametrize("mode", ["train", "eval"])

@@ -10,7 +10,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from tests.event_files import read_xray_events
-from tests.recorder.test_xray import SmallCNN, batch, train_step
+from tests.helpers.training import SmallCNN, batch, train_step
 from xray_tb import Selection, Selector, Xray
 
 
