@@ -6,7 +6,7 @@
 
 For each N, the model is a chain of N Linear(32, 32) layers with a ReLU between consecutive ones.
 Two copies of it (same initial weights) train side by side in one process, each under its own Xray
-with no capture due (``every=xray_tb.capture.schedules.at([])``):
+with no capture due (``every=xray_tb.schedules.at([])``):
 
   on    health=HealthOptions(every=1): every take_graphs() call is a measured health iteration
   off   health=False
@@ -38,7 +38,7 @@ from torch.nn import functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import xray_tb  # noqa: E402
 from xray_tb import HealthOptions, Xray  # noqa: E402
-from xray_tb.capture.schedules import at  # noqa: E402
+from xray_tb.schedules import at  # noqa: E402
 
 WIDTH = 32
 

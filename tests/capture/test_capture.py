@@ -17,7 +17,7 @@ from torch.nn import functional as F
 from tests.event_files import read_xray_events
 from tests.helpers.training import FULL, SmallCNN, assert_same_state, batch, state_of, train_step
 from xray_tb import Xray
-from xray_tb.capture.schedules import at, every
+from xray_tb.schedules import at, every
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from torch.nn import functional as F
 from tests.damaged_files import damage_file, record_spans
 from tests.tensorboard_server import get_json, tensorboard
 from xray_tb import DamagedEventFileWarning, Xray, open_run
-from xray_tb.capture.selectors import KeepAll
+from xray_tb.selectors import KeepAll
 
 pytestmark = pytest.mark.s3
 

@@ -16,6 +16,7 @@ from tb_plugin import bias_metadata
 from xray_tb.bias.evaluation import MasksLike, evaluate
 from xray_tb.bias.report import BiasReport, Examples
 from xray_tb.io.records import run_events
+from xray_tb.recording import Recording
 
 
 def attention_iou(
@@ -31,7 +32,7 @@ def attention_iou(
     """Run :func:`xray_tb.bias.evaluate` on ``xray``'s model and write the result into its run.
 
     Args:
-        xray: an open :class:`xray_tb.Xray`.
+        xray: an open :class:`xray_tb.Xray`, or its :class:`~xray_tb.recording.Recording`.
         loader, target, protected, masks, options: as for :func:`xray_tb.bias.evaluate`.
         step: the step to file the result under; by default the last step Xray counted (the step of
             the latest ``take_graphs()`` call, or 0 before any).
@@ -39,24 +40,18 @@ def attention_iou(
     Returns:
         The :class:`BiasReport`, its ``step`` set.
     """
-    sink = xray._sink  # raises if the Xray is closed
+    recording = xray if isinstance(xray, Recording) else xray.recording
+    sink = recording.sink  # raises if the Xray is closed
     if step is None:
-        step = max(int(getattr(xray, "_next_step", 0)) - 1, 0)
+        step = recording.current_step
     elif isinstance(step, bool) or not hasattr(step, "__index__") or int(step) < 0:
         raise ValueError(f"step must be a whole number from 0, got {step!r}")
     # Xray's own hooks sit out the evaluation's forward passes, so that the next take_graphs() still
     # records the training forward.
-    recorder = getattr(getattr(xray, "_resources", None), "recorder", None)
-    paused = recorder is not None and recorder.armed
-    if paused:
-        recorder.disarm()
-    try:
-        report = evaluate(xray._model, loader, target=target, protected=protected, masks=masks, **options)
-    finally:
-        if paused:
-            recorder.arm()
+    with recording.paused():
+        report = evaluate(recording.model, loader, target=target, protected=protected, masks=masks, **options)
     report.step = int(step)
-    write_report(sink, report, report.step, run_id=xray.run_id)
+    write_report(sink, report, report.step, run_id=recording.run_id)
     return report
 
 

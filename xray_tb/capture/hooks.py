@@ -53,8 +53,9 @@ class _InertHook:
         return None
 
 
-class _Hook:
-    """A hook function that pickles and copies as :class:`_InertHook`, so the model stays saveable."""
+class Hook:
+    """A hook function that pickles and copies as :class:`_InertHook`, so the model stays saveable; every
+    hook Xray registers (capture, training health, the optimizer step counter) is one."""
 
     def __init__(self, function: Callable):
         self._function = function
@@ -101,8 +102,8 @@ class TapRecorder:
         self._model = model
         targets = {name: (modules[name], {tap.call for tap in taps if tap.module == name}) for name in sorted({t.module for t in taps})}
         # Built once: arming for a due step only registers them.
-        self._hooks = [(module, _Hook(self._make_hook(name, wanted))) for name, (module, wanted) in targets.items()]
-        self._start_hook = _Hook(self._start_forward)
+        self._hooks = [(module, Hook(self._make_hook(name, wanted))) for name, (module, wanted) in targets.items()]
+        self._start_hook = Hook(self._start_forward)
         self._copy, self._grads = copy, grads
         self._calls: dict[str, int] = {}
         #: Why a tap's output could not be kept in the latest forward, by tap.

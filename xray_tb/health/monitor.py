@@ -138,6 +138,11 @@ class HealthMonitor:
 
         self._optimizer_handle = optimizer.register_step_pre_hook(wrap(before_step))
 
+    @property
+    def activation_hooks(self) -> TapRecorder:
+        """The hooks that keep activations at health steps (paused with Xray's own)."""
+        return self._recorder
+
     def _activations_due(self, step: int) -> bool:
         if self._due[0] != step:
             self._due = (step, bool(self._schedule(step) if self._schedule is not None else self._capture_due(step)))

@@ -151,3 +151,17 @@ def describe_inputs(args: tuple, kwargs: dict) -> str:
         return type(value).__name__
 
     return ", ".join([shape(arg) for arg in args] + [f"{key}={shape(value)}" for key, value in kwargs.items()]) or "no inputs"
+
+
+def trace_model(model: nn.Module, args: tuple, kwargs: dict) -> dict:
+    """The traced architecture; a forward that fails says so, with the shapes it was given."""
+    from xray_tb.trace.tracer import trace
+
+    try:
+        return trace(model, args, kwargs)
+    except Exception as error:
+        raise ValueError(
+            f"tracing the model failed with the example input of shape {describe_inputs(args, kwargs)}: "
+            f"{type(error).__name__}: {error}. Give example_input= a batch the model accepts (model(example_input) must "
+            "run), or input_size= one sample's shape"
+        ) from error

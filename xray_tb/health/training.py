@@ -1,85 +1,76 @@
-"""The training-health methods of :class:`~xray_tb.Xray` (a mixin, so the facade stays small).
+"""Training health over a :class:`~xray_tb.recording.Recording`: what ``Xray`` delegates to.
 
-``Xray`` wires it with five calls: :meth:`HealthMixin._start_health` in ``__init__``,
-:meth:`_health_iteration` on every ``take_graphs()`` call when steps are counted by those calls,
-:meth:`_health_arm` wherever Xray arms its own hooks for a step, :meth:`_health_capture` at each
-capture, and the monitor's ``close()`` when resources are released.
+``Xray`` calls three methods as it trains: :meth:`TrainingHealth.iteration` on every ``take_graphs()``
+call when steps are counted by those calls (with ``optimizer=``, the optimizer's step pre-hook calls
+it), :meth:`~TrainingHealth.arm_for` wherever Xray arms its own hooks for a step, and
+:meth:`~TrainingHealth.capture` at each capture. The monitor is closed when the recording is released.
+With health switched off, the same object answers every question with the error that says so.
 """
 
 from __future__ import annotations
 
 import re
 import warnings
-import weakref
 from typing import Callable, Optional, Sequence, Union
 
 import torch
 
 from tb_plugin import health_metadata
+from xray_tb.capture.hooks import Hook
 from xray_tb.health import pruning
 from xray_tb.health.findings import Finding, NonFinite
 from xray_tb.health.monitor import HealthMonitor
 from xray_tb.health.options import HealthOptions, as_options
 from xray_tb.health.stats import CUSTOM_KINDS, CustomActivationStatistic, CustomParameterStatistic
-from xray_tb.capture.hooks import _Hook
+from xray_tb.recording import Recording
 
 
-class HealthMixin:
+class TrainingHealth:
     """Training health: per-iteration gradient and weight statistics, dead units, saturation, channel
     variance, the first non-finite value and findings (see README, "Training health")."""
 
-    _health: Optional[HealthMonitor] = None
-
-    def _start_health(self, health: Union[bool, HealthOptions, None], optimizer: Optional[torch.optim.Optimizer],
-                      layer_scalars: bool = False) -> None:
+    def __init__(self, recording: Recording, health: Union[bool, HealthOptions, None], optimizer: Optional[torch.optim.Optimizer],
+                 capture_due: Callable[[int], bool], layer_scalars: bool = False):
+        self._warned: set = set()
+        self.monitor: Optional[HealthMonitor] = None
         options = as_options(health)
         if options is None:
             return
-        ref = weakref.ref(self)  # the monitor must not keep the Xray alive (its finalizer closes it)
-
-        def capture_due(step: int) -> bool:
-            xray = ref()  # with a probe, captures run on the probe batch: no activation statistics by default
-            return xray is not None and xray._probe is None and xray.is_due(step)
-
-        monitor = HealthMonitor(self._model, self._graph, self.architecture, options, self._resources.sink, capture_due, self._next_step,
-                                layer_scalars=layer_scalars)
+        monitor = HealthMonitor(recording.model, recording.graph, recording.architecture, options, recording.sink, capture_due,
+                                recording.next_step, layer_scalars=layer_scalars)
         if optimizer is not None:
-
-            def iteration(step: int) -> None:  # inside the user's optimizer.step(): never raises
-                xray = ref()
-                if xray is not None:
-                    xray._health_iteration(step)
-
-            monitor.watch_optimizer(optimizer, lambda: getattr(ref(), "_next_step", None), _Hook, iteration)
-        self._health = self._resources.health = monitor
+            monitor.watch_optimizer(optimizer, lambda: None if recording.closed else recording.next_step, Hook, self.iteration)
+        recording.on_release(monitor.close)
+        recording.pause_with_recorder(monitor.activation_hooks)
+        self.monitor = monitor
 
     # The first two run on every training step: the failure handling is inlined to keep them cheap.
 
-    def _health_iteration(self, step: int) -> None:
-        if self._health is not None:
+    def iteration(self, step: int) -> None:
+        if self.monitor is not None:
             try:
-                self._health.iteration(step)
+                self.monitor.iteration(step)
             except Exception as error:  # noqa: BLE001 - training health must never crash training
-                _failed(self, "measuring", step, error)
+                _failed(self._warned, "measuring", step, error)
 
-    def _health_arm(self, step: int) -> None:
-        if self._health is not None:
+    def arm_for(self, step: int) -> None:
+        if self.monitor is not None:
             try:
-                self._health.arm_for(step)
+                self.monitor.arm_for(step)
             except Exception as error:  # noqa: BLE001
-                _failed(self, "arming its hooks for", step, error)
+                _failed(self._warned, "arming its hooks for", step, error)
 
-    def _health_capture(self, step: int) -> None:
-        if self._health is not None:
+    def capture(self, step: int, layers: list[str]) -> None:
+        if self.monitor is not None:
             try:
-                self._health.capture(step, list(self._plan))
+                self.monitor.capture(step, layers)
             except Exception as error:  # noqa: BLE001
-                _failed(self, "writing", step, error)
+                _failed(self._warned, "writing", step, error)
 
     def _monitor(self) -> HealthMonitor:
-        if self._health is None:
+        if self.monitor is None:
             raise RuntimeError("training health is switched off for this Xray: create it with health=True (the default)")
-        return self._health
+        return self.monitor
 
     @property
     def first_nonfinite(self) -> Optional[NonFinite]:
@@ -146,12 +137,12 @@ class HealthMixin:
         return self._monitor().end_epoch()
 
 
-def _failed(xray, what: str, step: int, error: Exception) -> None:
+def _failed(warned: set, what: str, step: int, error: Exception) -> None:
     """A health call failed: that costs the step's health statistics, never the training. Each kind of
     failure is warned once."""
     key = ("health", what, type(error).__name__)
-    if key not in xray._warned:
-        xray._warned.add(key)
+    if key not in warned:
+        warned.add(key)
         warnings.warn(
             f"training health failed {what} step {step} ({type(error).__name__}: {error}); that step's health "
             "statistics are skipped and training goes on. Switch health off with Xray(..., health=False)",
