@@ -15,7 +15,8 @@ from tensorboard.compat.proto import event_pb2
 from tb_plugin import bias_metadata
 from xray_tb.bias.evaluation import MasksLike, evaluate
 from xray_tb.bias.report import BiasReport, Examples
-from xray_tb.io.records import run_events
+from xray_tb.io.reader import RecordedRun, read_contents
+from xray_tb.io.run_contents import RunContents
 from xray_tb.recording import Recording
 
 
@@ -79,28 +80,17 @@ def write_report(sink, report: BiasReport, step: int, *, run_id: str = "", wall_
     sink.flush()
 
 
-def read_reports(logdir: str | os.PathLike) -> dict[str, dict[int, BiasReport]]:
+def read_reports(run: str | os.PathLike | RunContents | RecordedRun) -> dict[str, dict[int, BiasReport]]:
     """``{evaluation: {step: BiasReport}}`` of the results written into a run directory (examples
-    included); a later write of a step replaces an earlier one."""
+    included); a later write of a step replaces an earlier one, its examples included."""
+    contents = read_contents(run)
     reports: dict[str, dict[int, BiasReport]] = {}
-    pending_examples: dict[tuple[str, int], list[bytes]] = {}
-    for event in run_events(logdir, warn=False):  # open_run warns about damage; read on quietly here
-        for value in event.summary.value:
-            parsed = bias_metadata.parse_tag(value.tag)
-            if parsed is None or not value.tensor.string_val:
-                continue
-            evaluation, part = parsed
-            blobs = list(value.tensor.string_val)
-            if part == "result":
-                document = bias_metadata.decode_result(blobs)
-                reports.setdefault(evaluation, {})[event.step] = BiasReport.from_json(document, event.step)
-                pending_examples.pop((evaluation, event.step), None)  # an earlier write's examples
-            else:
-                pending_examples[(evaluation, event.step)] = blobs
-    for (evaluation, step), blobs in pending_examples.items():
-        report = reports.get(evaluation, {}).get(step)
-        if report is not None:
-            report.examples = _examples(blobs)
+    for (evaluation, step), (origin, blobs) in contents.bias_results.items():
+        report = BiasReport.from_json(bias_metadata.decode_result(blobs), step)
+        examples = contents.bias_examples.get((evaluation, step))
+        if examples is not None and examples[0] >= origin:  # written with this result, or after it
+            report.examples = _examples(examples[1])
+        reports.setdefault(evaluation, {})[step] = report
     return {evaluation: dict(sorted(by_step.items())) for evaluation, by_step in sorted(reports.items())}
 
 

@@ -23,6 +23,7 @@ import time
 from tensorboard.compat.proto import event_pb2
 from tensorboard.summary.writer import record_writer
 
+from xray_tb.io import storage
 from xray_tb.io.checksums import use_fast_crc32c
 
 #: Appended to the file name, so an Xray file never collides with a SummaryWriter's in the same directory.
@@ -65,7 +66,7 @@ class EventFile:
 def file_stem() -> str:
     """A new event file name without :data:`FILE_SUFFIX`, ``events.out.tfevents.<time>.<host>.<pid>.<n>``:
     it starts with the creation time, so files sort in the order they were started."""
-    return f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_counter):06d}"
+    return f"{storage.EVENT_FILE_PREFIX}{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_counter):06d}"
 
 
 def version_event() -> event_pb2.Event:

@@ -29,7 +29,6 @@ from xray_tb.io import storage
 from xray_tb.io.records import RecordReader
 from xray_tb.io.run_contents import RunContents, StoredFrame, holds_xray_blobs
 
-_EVENT_FILE_PREFIX = "events.out.tfevents."
 _MAX_LISTED_STEPS = 10  # an error lists every recorded step up to this many, else the nearest ones
 
 
@@ -75,16 +74,42 @@ def last_recorded_step(logdir: str | os.PathLike) -> Optional[int]:
     return last
 
 
+_KEPT_RUNS = 8  # runs kept by read_contents()
+_kept: dict[str, RecordedRun] = {}
+
+
+def read_contents(run: str | os.PathLike | RunContents | RecordedRun) -> RunContents:
+    """The contents of a run directory, read quietly in one pass and kept while its files are
+    unchanged (records appended since are read on); a :class:`RunContents` or a :class:`RecordedRun`
+    gives its own."""
+    if isinstance(run, RunContents):
+        return run
+    if isinstance(run, RecordedRun):
+        return run.contents
+    logdir = os.fspath(run)
+    kept = _kept.pop(logdir, None)
+    if kept is not None and kept.unchanged_but_appended():
+        kept.reload()
+    else:
+        kept = RecordedRun(logdir, warn=False)
+    _kept[logdir] = kept  # the most recently used last
+    while len(_kept) > _KEPT_RUNS:
+        del _kept[next(iter(_kept))]
+    return kept.contents
+
+
 class RecordedRun:
     """The frames, statistics, architecture and plan of one recorded run (see :func:`open_run`).
 
     Frames are kept as the stored bytes and decoded by :meth:`load`.
     """
 
-    def __init__(self, logdir: str | os.PathLike):
+    def __init__(self, logdir: str | os.PathLike, *, warn: bool = True):
         self.logdir = os.fspath(logdir)
-        self._contents = RunContents()
+        self._warn = warn
+        self._contents = RunContents(warn=warn)
         self._readers: dict[str, RecordReader] = {}
+        self._sizes: dict[str, tuple[int, int]] = {}  # local file → (size, mtime) when last read
         self.reload()
 
     def reload(self) -> None:
@@ -93,10 +118,31 @@ class RecordedRun:
         A record still being written at the end of a file is read by a later reload, once complete.
         """
         for path in _event_files(self.logdir):
-            reader = self._readers.setdefault(path, RecordReader(path))
+            reader = self._readers.setdefault(path, RecordReader(path, warn=self._warn))
             for record in reader.read():
                 self._contents.add_record(path, record)
+            if not storage.is_remote(path):
+                self._sizes[path] = _size_and_time(path)
         self._layer_key = metadata.layer_sort_key(self.architecture)
+
+    @property
+    def contents(self) -> RunContents:
+        """What the run's files hold, as read so far (see :mod:`xray_tb.io.run_contents`)."""
+        return self._contents
+
+    def unchanged_but_appended(self) -> bool:
+        """Whether every file read is still there, grown or as it was (local files only): then a
+        :meth:`reload` reads on where the last read stopped, else the run must be read anew."""
+        if not self._readers or any(storage.is_remote(path) for path in self._readers):
+            return False
+        for path, (size, mtime) in self._sizes.items():
+            try:
+                now = _size_and_time(path)
+            except OSError:
+                return False
+            if now[0] < size or (now[0] == size and now[1] != mtime):
+                return False
+        return True
 
     def __repr__(self) -> str:
         steps = {step for kinds in self._contents.frames.values() for by_step in kinds.values() for step in by_step}
@@ -114,22 +160,22 @@ class RecordedRun:
 
     def findings(self) -> list:
         """The training-health findings last written to the run (see :mod:`xray_tb.health`)."""
-        from xray_tb.health import reading
+        from xray_tb.health import reading  # health and bias decode their own values (and need torch)
 
-        return reading.findings(self.logdir)
+        return reading.findings(self._contents)
 
     def health(self, stat: str) -> tuple[list[str], np.ndarray, np.ndarray]:
         """One training-health statistic: ``(layers, steps, values)``, values layers × steps (NaN: none)."""
         from xray_tb.health import reading
 
-        return reading.series(self.logdir, stat)[:3]
+        return reading.series(self._contents, stat)[:3]
 
     def bias(self) -> dict:
         """The Attention-IoU evaluations written to the run, ``{evaluation: {step: BiasReport}}``
         (see :mod:`xray_tb.bias`)."""
         from xray_tb.bias.recording import read_reports
 
-        return read_reports(self.logdir)
+        return read_reports(self._contents)
 
     def records(self) -> dict[str, dict[str, list[int]]]:
         """What was recorded, ``{layer: {kind: [steps]}}``.
@@ -217,7 +263,12 @@ def _event_files(logdir: str) -> list[str]:
             f"{logdir!r} holds no event file but these run directories below it do: {', '.join(runs)}; "
             f"open one of them, e.g. open_run({storage.join(logdir, runs[0])!r})"
         )
-    raise ValueError(f"{logdir!r} holds no event file ({_EVENT_FILE_PREFIX}*), nor does any folder below it")
+    raise ValueError(f"{logdir!r} holds no event file ({storage.EVENT_FILE_PREFIX}*), nor does any folder below it")
+
+
+def _size_and_time(path: str) -> tuple[int, int]:
+    status = os.stat(path)
+    return status.st_size, status.st_mtime_ns
 
 
 def _decode(stored: StoredFrame) -> tuple[torch.Tensor, metadata.FrameHeader]:

@@ -22,8 +22,6 @@ import warnings
 from typing import BinaryIO, Iterator, Optional
 
 import numpy as np
-from google.protobuf.message import DecodeError
-from tensorboard.compat.proto import event_pb2
 from tensorboard.summary.writer import record_writer
 
 from xray_tb.io import storage
@@ -246,18 +244,3 @@ def _crc32c_table() -> np.ndarray:
 
 _CRC32C_TABLE = _crc32c_table()
 _ZERO_LENGTH_CHECKSUM = struct.pack("<I", record_writer.masked_crc32c(bytes(8)))
-
-
-def run_events(logdir: str | os.PathLike, *, warn: bool = True) -> Iterator[event_pb2.Event]:
-    """Every event in the event files of a run directory (local or remote), files in name order,
-    read tolerantly: damaged records are skipped (with a warning when ``warn``), and so are records
-    that are not events."""
-    logdir = os.fspath(logdir)
-    if not storage.isdir(logdir):
-        raise FileNotFoundError(f"no such run directory: {logdir!r}")
-    for path in storage.event_files(logdir):
-        for record in RecordReader(path, warn=warn).read():
-            try:
-                yield event_pb2.Event.FromString(record.data)
-            except DecodeError:
-                continue

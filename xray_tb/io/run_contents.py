@@ -1,9 +1,12 @@
 """What Xray wrote in a run's event files, filed by layer, kind and step, unreadable values skipped.
 
-The last write of a step wins: files count in name order (their names start with their creation
-time), records in file order. So a crashed run resumed into the same folder, whose new Xray writes a
-new event file with the same steps, shows the new captures. The document (architecture, plan)
-written last is current, as on TensorBoard's loaders and in the plugin.
+One rule for everything it holds (frames, frame statistics, documents, health series blocks,
+findings, bias results and their examples): the last write of a step wins, in write order. Files
+count in name order (their names start with their creation time), records in file order. So a
+crashed run resumed into the same folder, whose new Xray writes a new event file with the same steps,
+shows the new captures. The document (architecture, plan) and the findings written last are current,
+as on TensorBoard's loaders and in the plugin. Health and bias values are kept as their stored blobs;
+:mod:`xray_tb.health.reading` and :mod:`xray_tb.bias.recording` decode them.
 
 An event that does not parse, or a frame, statistic or document whose bytes do not decode, is
 skipped with a :class:`~xray_tb.io.records.DamagedEventFileWarning` naming the file and the byte
@@ -26,7 +29,7 @@ from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
 from tensorboard.util import tensor_util
 
-from tb_plugin import frame_stats, metadata
+from tb_plugin import bias_metadata, frame_stats, health_metadata, metadata
 from xray_tb.io.records import DamagedEventFileWarning, Record
 
 #: Where a value was written: (event file name, byte offset of its record). Later is greater.
@@ -56,13 +59,23 @@ class RunContents:
     stats: dict[tuple[str, str, int], StoredStats] = dataclasses.field(default_factory=dict)  # by (layer, kind, step)
     #: meta tag → ((file name, byte offset), document): the one written last
     documents: dict[str, tuple[Origin, Any]] = dataclasses.field(default_factory=dict)
+    #: health statistic → [(origin, blobs)] of its series blocks, in write order
+    health_series: dict[str, list[tuple[Origin, list[bytes]]]] = dataclasses.field(default_factory=dict)
+    #: (origin, blob) of the findings written last, or None
+    findings: Optional[tuple[Origin, bytes]] = None
+    #: (evaluation, step) → (origin, blobs) of a bias result, and of its examples
+    bias_results: dict[tuple[str, int], tuple[Origin, list[bytes]]] = dataclasses.field(default_factory=dict)
+    bias_examples: dict[tuple[str, int], tuple[Origin, list[bytes]]] = dataclasses.field(default_factory=dict)
+    #: whether unreadable values are warned about (:class:`~xray_tb.io.records.DamagedEventFileWarning`)
+    warn: bool = True
 
     def add_record(self, path: str, record: Record) -> None:
         """File every Xray value of one record's event; warn once about what cannot be read."""
         try:
             event = event_pb2.Event.FromString(record.data)
         except DecodeError as error:
-            _warn(path, record.offset, f"its data is not a TensorBoard event ({error}); skipped it")
+            if self.warn:
+                _warn(path, record.offset, f"its data is not a TensorBoard event ({error}); skipped it")
             return
         origin = (os.path.basename(path), record.offset)
         problems = []
@@ -70,7 +83,7 @@ class RunContents:
             problem = self._add_value(event, value, origin)
             if problem is not None:
                 problems.append(f"{value.tag!r} ({problem})")
-        if problems:
+        if problems and self.warn:
             _warn(path, record.offset, f"step {event.step}: skipped {', '.join(problems)}; read the rest")
 
     def _add_value(self, event: event_pb2.Event, value: summary_pb2.Summary.Value, origin: Origin) -> Optional[str]:
@@ -90,6 +103,8 @@ class RunContents:
                 if current is None or origin >= current.origin:
                     by_step[event.step] = StoredFrame(blobs[0], blobs[1], origin)
             return problem
+        if self._add_health_or_bias(event.step, value.tag, blobs, origin):
+            return None
         if value.tag == frame_stats.FRAME_STATS_TAG:
             try:
                 entries = frame_stats.decode_frame_stats(blobs)
@@ -111,6 +126,26 @@ class RunContents:
                 self.documents[value.tag] = (version, document)
             return problem
         return None
+
+    def _add_health_or_bias(self, step: int, tag: str, blobs: list[bytes], origin: Origin) -> bool:
+        """File a health or bias value (kept as its blobs); whether ``tag`` was one."""
+        if tag == health_metadata.FINDINGS_TAG:
+            if blobs and (self.findings is None or origin >= self.findings[0]):
+                self.findings = (origin, blobs[0])
+            return True
+        stat = health_metadata.parse_series_tag(tag)
+        if stat is not None:
+            self.health_series.setdefault(stat, []).append((origin, blobs))
+            return True
+        bias = bias_metadata.parse_tag(tag)
+        if bias is None:
+            return False
+        evaluation, part = bias
+        kept = self.bias_results if part == "result" else self.bias_examples
+        current = kept.get((evaluation, step))
+        if blobs and (current is None or origin >= current[0]):
+            kept[(evaluation, step)] = (origin, blobs)
+        return True
 
     def _add_stat(self, stat: tuple[str, str, str], event, value, origin: Origin) -> Optional[str]:
         """File one statistic (a summary value, or a number read from the frame statistics)."""
