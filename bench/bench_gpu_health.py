@@ -32,6 +32,7 @@ against the model's bar and whether the automatic pace measures every iteration.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import statistics
 import sys
@@ -77,32 +78,25 @@ class Loop:
 
     def window(self, data, instrumented: bool) -> float:
         xray = self.xray
-        if not instrumented:
-            xray._resources.recorder.disarm()  # a bench-only switch, restored below
-            if xray._health is not None:
-                xray._health._recorder.disarm()
-        self.synchronize()
-        start = time.perf_counter()
-        for x, y in data:
-            self.optimizer.zero_grad()
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
-                loss = self.loss(self.model(x), y)
-            loss.backward()
-            if instrumented:
-                xray.take_graphs()
-            self.optimizer.step()
-        self.synchronize()
-        elapsed = (time.perf_counter() - start) / len(data)
-        if not instrumented:
-            xray._arm_for(xray._next_step)
-            if xray._health is not None:
-                xray._health.arm_for(xray._next_step)
+        with contextlib.nullcontext() if instrumented else xray.recording.paused():  # hooks armed again after
+            self.synchronize()
+            start = time.perf_counter()
+            for x, y in data:
+                self.optimizer.zero_grad()
+                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
+                    loss = self.loss(self.model(x), y)
+                loss.backward()
+                if instrumented:
+                    xray.take_graphs()
+                self.optimizer.step()
+            self.synchronize()
+            elapsed = (time.perf_counter() - start) / len(data)
         return elapsed
 
 
 def pace(loop: Loop) -> str:
     """Where the health monitor's pace settled: ``1 in n`` iterations measured (``-`` without health)."""
-    health = loop.xray._health
+    health = loop.xray._health.monitor
     if health is None:
         return "-"
     return f"1 in {health._pacer.every}" + (" (auto)" if health._pacer.auto else " (fixed)")
@@ -157,13 +151,13 @@ def main() -> None:
             milliseconds, ratio = statistics.median(on[variant]) * 1e3, statistics.median(ratios[variant])
             print(f"{variant:<14} {milliseconds:8.3f} {ratio:7.3f}  {pace(loop)}")
         print("pace settled at: " + ", ".join(f"{variant} {pace(loop)}" for variant, loop in loops.items()
-                                              if loop.xray._health is not None))
+                                              if loop.xray._health.monitor is not None))
         every1 = statistics.median(ratios["health-every1"])
         verdict = "meets" if every1 <= work.bar else "misses"
         print(f"health-every1 vs own: {every1:.3f} (bar <= 1.05 for conv16, <= 1.03 for resnet50/gpt2; "
               f"{args.model}: {verdict} <= {work.bar:.2f})")
-        automatic = [loop.xray._health._pacer for loop in loops.values()
-                     if loop.xray._health is not None and loop.xray._health._pacer.auto]
+        automatic = [loop.xray._health.monitor._pacer for loop in loops.values()
+                     if loop.xray._health.monitor is not None and loop.xray._health.monitor._pacer.auto]
         measures_all = all(pacer.every == 1 for pacer in automatic)
         print(f"auto pace measures every iteration: {'yes' if measures_all else 'no'} "
               f"({', '.join(f'1 in {pacer.every}' for pacer in automatic)})")

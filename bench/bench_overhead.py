@@ -51,6 +51,7 @@ stay within 1.10x the plain loop.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import random
@@ -223,21 +224,15 @@ class Loop:
         same optimizer but calls nothing of the variant's (Xray's hooks disarmed, the user's hooks
         removed meanwhile), so the two can be compared on one model instance (wandb's hooks are not
         lifted: it is always on)."""
-        recorder = self.xray._resources.recorder if self.xray is not None and not instrumented else None
-        health = getattr(self.xray, "_health", None) if recorder is not None else None
-        if recorder is not None:
-            recorder.disarm()  # private on purpose: a bench-only switch, restored below
-            if health is not None:
-                health._recorder.disarm()  # training health's own hooks too
+        paused = self.xray.recording.paused() if self.xray is not None and not instrumented else contextlib.nullcontext()
         if self.hooks is not None and not instrumented:
             self.hooks.detach()
         gc.collect()  # collected before the clock starts, for every variant alike
-        start = time.process_time()
-        for x, y in data:
-            self._step(x, y, instrumented)
-        elapsed = (time.process_time() - start) / len(data)
-        if recorder is not None:
-            self.xray._arm_for(self.xray._next_step)  # Xray's hooks and training health's
+        with paused:  # Xray's hooks and training health's, armed again after
+            start = time.process_time()
+            for x, y in data:
+                self._step(x, y, instrumented)
+            elapsed = (time.process_time() - start) / len(data)
         if self.hooks is not None:
             self.hooks.attach()
         return elapsed

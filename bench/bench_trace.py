@@ -1,4 +1,4 @@
-"""Time ``xray_tb.tracer.trace`` on a ResNet-50-sized model against a plain forward+backward.
+"""Time ``xray_tb.trace.tracer.trace`` on a ResNet-50-sized model against a plain forward+backward.
 
 Run from the repository root: ``python bench/bench_trace.py [--repeats N]``.
 
@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.models import ResNet50
-from xray_tb.tracer import trace
+from xray_tb.trace.tracer import trace
 
 BAR_SECONDS = 5.0
 

@@ -12,7 +12,7 @@ from typing import Callable
 
 from tensorboard.summary.writer import record_writer
 
-from xray_tb.checksums import use_fast_crc32c
+from xray_tb.io.checksums import use_fast_crc32c
 
 HEADER, FOOTER = 12, 4
 TIB = 1 << 40

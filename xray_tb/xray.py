@@ -1,38 +1,52 @@
-"""The Xray facade: attach to a model, record what the plan asks at chosen steps, close."""
+"""The Xray facade: attach to a model, record what the plan asks at chosen steps, close.
+
+``Xray`` checks its arguments, composes the parts around one :class:`~xray_tb.recording.Recording`
+(:class:`~xray_tb.capture.capturer.Capturer`, :class:`~xray_tb.health.training.TrainingHealth`,
+:class:`~xray_tb.notebook.readback.ReadBack`) and delegates to them; it keeps only the step logic of
+:meth:`Xray.take_graphs`.
+"""
 
 from __future__ import annotations
 
 import copy
+import functools
 import operator
-import time
 import uuid
-import warnings
 import weakref
 from typing import Any, Callable, Optional, Sequence, Union
 
-import numpy as np
 import torch
 from torch import nn
 
 from tb_plugin import metadata
-from xray_tb import arguments, graph
-from xray_tb import plan as plans
-from xray_tb.attach import Resources, step_counter, trace_model, warn_about_earlier_captures
-from xray_tb.capture import MISSING_REASONS, CaptureContext, CaptureReport, capture
-from xray_tb.health import HealthMixin, HealthOptions
-from xray_tb.hooks import TapRecorder
-from xray_tb.probe import run_probe
-from xray_tb.reader import RecordedRun
-from xray_tb.readback import ReadBackMixin
-from xray_tb.schedules import ScheduleLike, as_schedule
-from xray_tb.selectors import RandomFilters, Selector
-from xray_tb.writer import EventSink
+from xray_tb.bias.recording import attention_iou
+from xray_tb.capture import plan as plans
+from xray_tb.capture.capture import CaptureReport
+from xray_tb.capture.capturer import Capturer
+from xray_tb.capture.schedules import ScheduleLike, as_schedule
+from xray_tb.capture.selectors import RandomFilters, Selector
+from xray_tb.health import HealthOptions, TrainingHealth
+from xray_tb.io.sink import EventSink
+from xray_tb.notebook.readback import ReadBack
+from xray_tb.recording import Recording, warn_about_earlier_captures
+from xray_tb.trace import arguments
+
+
+def _delegate(part: str, method: Callable) -> Callable:
+    """``Xray.<name>`` calling ``self.<part>.<name>``, with the part's docstring and signature."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        return getattr(getattr(self, part), method.__name__)(*args, **kwargs)
+
+    return call
+
 
 #: Default cap on the bytes of frame values one capture writes (16 MiB).
 DEFAULT_BUDGET_BYTES = 16 * 2**20
 
 
-class Xray(HealthMixin, ReadBackMixin):
+class Xray:
     """Records weights, outputs, activations and gradients of a model's layers for TensorBoard.
 
     Args:
@@ -89,13 +103,12 @@ class Xray(HealthMixin, ReadBackMixin):
         arguments.optimizer(optimizer)
         if not isinstance(layer_scalars, bool):
             raise TypeError(f"layer_scalars= must be True or False, got {type(layer_scalars).__name__} {layer_scalars!r}")
-        self._layer_scalars = layer_scalars
         selector = arguments.selector(selector)
         if logdir is not None and writer is not None:
             raise ValueError("give either logdir= or writer=, not both")
         if logdir is None and writer is None:
             raise ValueError("give logdir='runs/<name>' or writer=SummaryWriter(...) so Xray knows where to write")
-        self._storage_dtype = arguments.storage_dtype(dtype)
+        storage_dtype = arguments.storage_dtype(dtype)
         if isinstance(budget_bytes, bool) or not hasattr(budget_bytes, "__index__") or operator.index(budget_bytes) <= 0:
             raise ValueError(f"budget_bytes must be a positive number of bytes (a whole number), got {budget_bytes!r}")
         self._schedule = as_schedule(every)
@@ -104,95 +117,65 @@ class Xray(HealthMixin, ReadBackMixin):
             raise ValueError("optimizer= counts steps for a schedule; give every= too")
         if loss_fn is not None and not callable(loss_fn):
             raise TypeError(f"loss_fn= is called as loss_fn(output, y) on the probe batch; got {type(loss_fn).__name__} {loss_fn!r}")
-        self._probe = arguments.probe_batch(probe)
-        self._loss_fn = loss_fn
+        probe = arguments.probe_batch(probe)
         args, kwargs = arguments.example_inputs(model, example_input, input_size)
-        self._model = model
-        self.architecture: dict = trace_model(model, args, kwargs)
-        self._graph = graph.Graph(self.architecture)
+        self.architecture: dict = arguments.trace_model(model, args, kwargs)
         self.run_id = uuid.uuid4().hex
-        self._selector = selector if selector is not None else RandomFilters()
-        self._budget = operator.index(budget_bytes)
-        first_plan = self._prepare(self.draft_plan() if plan is None else plan)  # before anything is opened
+        # Built on a recording with no sink yet, so that a bad plan is refused before anything is opened.
+        recording = Recording(model, self.architecture, None, self.run_id)
+        self._capture = Capturer(recording, selector=selector if selector is not None else RandomFilters(), storage_dtype=storage_dtype,
+                                 budget_bytes=operator.index(budget_bytes), layer_scalars=layer_scalars, probe=probe, loss_fn=loss_fn)
+        first_plan = self._capture.prepare(self.draft_plan() if plan is None else plan)
         warn_about_earlier_captures(logdir if writer is None else writer.log_dir)
-        self._resources = Resources(EventSink(logdir=logdir, writer=writer))
-        self._logdir = self._resources.sink.logdir
-        self._finalizer = weakref.finalize(self, self._resources.release)
-        self._plan: dict[str, dict[str, bool]] = {}
-        self._activations: dict[str, graph.ActivationSource] = {}
-        self._plan_version = 0
-        self._next_step = 0
-        self._last_step: Optional[int] = None
-        self._records: dict[str, dict[str, list[int]]] = {}
-        self._last_frames: dict[tuple[str, str], tuple[metadata.FrameHeader, np.ndarray]] = {}
+        recording.open(EventSink(logdir=logdir, writer=writer))
+        self._recording = recording
+        self._finalizer = weakref.finalize(self, recording.release)
+        self._readback = ReadBack(recording)
         self.last_report: Optional[CaptureReport] = None
-        self._run: Optional[RecordedRun] = None
-        self._warned: set = set()
+        recording.arm_with(self._arm_for)
         if optimizer is not None:
-            self._resources.step_hook = optimizer.register_step_post_hook(step_counter(weakref.ref(self)))
-        self._sink.add(metadata.json_summary(metadata.ARCHITECTURE_TAG, self.architecture), step=0)
-        self._install(*first_plan)
-        self._start_health(health, optimizer, layer_scalars)
+            recording.count_optimizer_steps(optimizer)
+        recording.sink.add(metadata.json_summary(metadata.ARCHITECTURE_TAG, self.architecture), step=0)
+        ref = weakref.ref(self)  # the monitor must not keep the Xray alive (its finalizer closes it)
+
+        def capture_due(step: int) -> bool:  # with a probe, captures run on the probe batch: no activation statistics by default
+            xray = ref()
+            return xray is not None and xray._capture.probe is None and xray.is_due(step)
+
+        self._health = TrainingHealth(recording, health, optimizer, capture_due, layer_scalars)
+        self._install(first_plan)
 
     @property
-    def _sink(self) -> EventSink:
-        if self._resources.sink is None:
-            raise RuntimeError("this Xray is closed; create a new one to record again")
-        return self._resources.sink
+    def recording(self) -> Recording:
+        """What this Xray's parts share: the model, graph, sink, hooks and step counter."""
+        return self._recording
 
     @property
     def logdir(self) -> str:
         """The run directory Xray writes to."""
-        return self._logdir
+        return self._recording.logdir
 
     # The plan -------------------------------------------------------------------------------------
 
     def draft_plan(self) -> dict[str, dict[str, bool]]:
         """A plan drafted from the layer types: conv output + activation, linear activation."""
-        return plans.draft_plan(self._graph)
+        return plans.draft_plan(self._capture.recording.graph)
 
     @property
     def plan(self) -> dict[str, dict[str, bool]]:
         """A copy of the plan in force."""
-        return copy.deepcopy(self._plan)
+        return copy.deepcopy(self._capture.plan)
 
     def set_plan(self, plan: plans.PlanLike) -> None:
-        """Validate ``plan`` and record by it from now on (see :mod:`xray_tb.plan`)."""
-        self._sink  # noqa: B018 - raises if closed
-        self._install(*self._prepare(plan))
+        """Validate ``plan`` and record by it from now on (see :mod:`xray_tb.capture.plan`)."""
+        self._recording.sink  # noqa: B018 - raises if closed
+        self._install(self._capture.prepare(plan))
 
-    def _prepare(self, plan: plans.PlanLike) -> tuple[dict, dict, TapRecorder, dict]:
-        """The validated plan, its activation sources, an unarmed recorder for it, and the modules
-        by name as they are now."""
-        normalized = plans.normalize_plan(plan, self._graph, self._model)
-        grads_planned = any(kinds["grad"] for kinds in normalized.values())
-        if self._probe is not None and grads_planned and self._loss_fn is None:
-            raise ValueError("the plan records 'grad' on the probe batch: give loss_fn= (called as loss_fn(output, y))")
-        activations = {
-            layer: self._graph.activation_source(layer) for layer, kinds in normalized.items() if kinds["activation"]
-        }
-        taps = {graph.Tap(layer) for layer, kinds in normalized.items() if kinds["output"] or kinds["grad"]}
-        taps |= {source.tap for source in activations.values()}
-        modules = dict(self._model.named_modules())
-        recorder = TapRecorder(
-            self._model,
-            modules,
-            taps,
-            copy={tap for tap in taps if self._graph.overwritten_in_place(tap)},
-            grads={graph.Tap(layer) for layer, kinds in normalized.items() if kinds["grad"]},
-        )
-        return normalized, activations, recorder, modules
-
-    def _install(self, normalized: dict, activations: dict, recorder: TapRecorder, modules: dict) -> None:
+    def _install(self, prepared: tuple) -> None:
         """Record by a prepared plan from now on, and write it to the run."""
-        if self._resources.recorder is not None:
-            recorder.owner = self._resources.recorder.owner  # the same training thread
-            self._resources.recorder.remove()
-        self._resources.recorder, self._plan, self._activations, self._modules = recorder, normalized, activations, modules
-        self._arm_for(self._next_step)
-        self._sink.add(metadata.json_summary(metadata.PLAN_TAG, plans.plan_document(self._plan)), step=self._plan_version)
-        self._plan_version += 1
-        self._sink.flush()
+        self._capture.install(*prepared)
+        self._arm_for(self._recording.next_step)
+        self._capture.write_plan()
 
     # Steps ----------------------------------------------------------------------------------------
 
@@ -210,15 +193,11 @@ class Xray(HealthMixin, ReadBackMixin):
 
     def _arm_for(self, step: int) -> None:
         """Arm the hooks for the training forward of ``step`` when it is due (never in probe mode)."""
-        recorder = self._resources.recorder
-        due = self._probe is None and self.is_due(step)
+        recorder = self._recording.recorder
+        due = self._capture.probe is None and self.is_due(step)
         if due != recorder.armed:  # checked first: this runs on every step
             recorder.arm() if due else recorder.disarm()
-        self._health_arm(step)  # training health's own hooks, for its health steps
-
-    def _optimizer_stepped(self) -> None:
-        self._next_step += 1
-        self._arm_for(self._next_step)
+        self._health.arm_for(step)  # training health's own hooks, for its health steps
 
     # Recording ------------------------------------------------------------------------------------
 
@@ -234,100 +213,71 @@ class Xray(HealthMixin, ReadBackMixin):
         Returns:
             The step recorded, or None when the schedule says the step is not due.
         """
-        sink = self._sink
+        recording, capturer = self._recording, self._capture
+        sink = recording.sink
         if step is not None:
             step = arguments.step(step)  # refused before anything changes
-        self._resources.recorder.claim()  # the thread that calls take_graphs() trains
-        counted_by_optimizer = self._resources.step_hook is not None
+        recording.recorder.claim()  # the thread that calls take_graphs() trains
+        counted_by_optimizer = recording.counts_optimizer_steps
+        last_step = self._readback.last_step
         if step is None:
-            step = self._next_step
+            step = recording.next_step
         elif not counted_by_optimizer:
-            if self._schedule is not None and step != self._next_step and self._last_step is not None:
-                self._warn_once(
+            if self._schedule is not None and step != recording.next_step and last_step is not None:
+                capturer.warn_once(
                     "skipped calls",
-                    f"take_graphs(step={step}) after step {self._next_step - 1}: with every= and no optimizer=, Xray "
+                    f"take_graphs(step={step}) after step {recording.next_step - 1}: with every= and no optimizer=, Xray "
                     "counts take_graphs() calls to know when to arm its hooks; call it every step (it returns None "
                     "when the step is not due), or pass optimizer= so Xray counts optimizer steps",
                 )
-        checked = self._next_step if counted_by_optimizer else step
+        checked = recording.next_step if counted_by_optimizer else step
         if not counted_by_optimizer:
-            self._health_iteration(step)  # every call is an iteration (with optimizer=, its step pre-hook)
+            self._health.iteration(step)  # every call is an iteration (with optimizer=, its step pre-hook)
         cached_step, due = self._due  # usually asked already, when the hooks were set for this step
         if not (due if cached_step == checked else self.is_due(checked)):
             # The common call, on every training step that is not due: keep it to a count.
             if not counted_by_optimizer:
-                self._next_step = step + 1
+                recording.next_step = step + 1
                 self._arm_for(step + 1)
             return None
         try:
-            if self._probe is not None if probe is None else probe:
-                if self._probe is None:
+            if capturer.probe is not None if probe is None else probe:
+                if capturer.probe is None:
                     raise ValueError("take_graphs(probe=True) needs a probe batch: Xray(..., probe=(x, y), loss_fn=...)")
-                self._run_probe()
-            if self._last_step is not None and step <= self._last_step:
-                self._warn_once("step", f"take_graphs(step={step}) after step {self._last_step}: TensorBoard keeps one frame per step, steps should increase")
-            self.last_report = self._record(sink, step)
-            self._health_capture(step)
+                capturer.run_probe()
+            if last_step is not None and step <= last_step:
+                capturer.warn_once("step", f"take_graphs(step={step}) after step {last_step}: TensorBoard keeps one frame per step, steps should increase")
+            self.last_report, frames = capturer.record(step)
+            self._readback.remember(step, frames)
+            self._health.capture(step, list(capturer.plan))
             sink.flush()
-            self._last_step = step
+            self._readback.last_step = step
         finally:
             if not counted_by_optimizer:
-                self._next_step = step + 1
+                recording.next_step = step + 1
             if self._schedule is not None:
-                self._resources.recorder.clear()  # nothing is held between scheduled captures
-            self._arm_for(self._next_step)
+                recording.recorder.clear()  # nothing is held between scheduled captures
+            self._arm_for(recording.next_step)
         return step
 
-    def _run_probe(self) -> None:
-        inputs, target = self._probe
-        want_grads = any(kinds["grad"] for kinds in self._plan.values())
-        run_probe(self._model, self._resources.recorder, inputs, target, self._loss_fn, want_grads)
+    # Delegated: read-back, training health, Attention-IoU ------------------------------------------
 
-    def _record(self, sink: EventSink, step: int) -> CaptureReport:
-        """Write one capture as a single event, then remember what it holds."""
-        context = CaptureContext(
-            plan=self._plan,
-            modules=self._modules,
-            kept=self._resources.recorder.latest,
-            kept_errors=self._resources.recorder.errors,
-            activations=self._activations,
-            selector=self._selector,
-            storage_dtype=self._storage_dtype,
-            budget_bytes=self._budget,
-            run_id=self.run_id,
-            layer_scalars=self._layer_scalars,
-        )
-        wall_time = time.time()
-        result = capture(context, step, wall_time)
-        if result.event.summary.value:
-            sink.add_event(result.event)
-        self._last_frames = result.frames
-        for tap in result.report.overwritten:
-            self._resources.recorder.copy_from_now_on(tap)
-        for name, kind in result.frames:
-            self._records.setdefault(name, {}).setdefault(kind, []).append(step)
-        self._warn_about(result.report)
-        return result.report
+    records = _delegate("_readback", ReadBack.records)
+    load = _delegate("_readback", ReadBack.load)
+    show_last_graphs = _delegate("_readback", ReadBack.show_last_graphs)
+    save_gif = _delegate("_readback", ReadBack.save_gif)
+    summary = _delegate("_readback", ReadBack.summary)
+    findings = _delegate("_health", TrainingHealth.findings)
+    dead_units = _delegate("_health", TrainingHealth.dead_units)
+    prune = _delegate("_health", TrainingHealth.prune)
+    add_statistic = _delegate("_health", TrainingHealth.add_statistic)
+    end_epoch = _delegate("_health", TrainingHealth.end_epoch)
+    first_nonfinite = property(lambda self: self._health.first_nonfinite, doc=TrainingHealth.first_nonfinite.__doc__)
 
-    def _warn_about(self, report: CaptureReport) -> None:
-        """One warning per reason for what could not be recorded, each (layer, kind, reason) once."""
-        new = [(layer, kind, reason) for layer, kind, reason in report.missing if (layer, kind, reason) not in self._warned]
-        self._warned.update(new)
-        for reason in dict.fromkeys(reason for _, _, reason in new):
-            which = ", ".join(f"{layer!r} {kind}" for layer, kind, why in new if why == reason)
-            warnings.warn(f"take_graphs(step={report.step}) did not record {which}: {MISSING_REASONS.get(reason, reason)}", stacklevel=4)
-        if report.skipped:
-            skipped = ", ".join(f"{name}/{kind}" for name, kind in report.skipped)
-            warnings.warn(
-                f"capture at step {report.step} reached the budget of {self._budget} bytes and skipped {skipped}; "
-                "raise budget_bytes=, store dtype='float16', or keep fewer filters with the selector",
-                stacklevel=4,
-            )
-
-    def _warn_once(self, key: object, message: str) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            warnings.warn(message, stacklevel=4)
+    def attention_iou(self, loader, *, target: int, protected: int, masks=None, **options):
+        """Attention-IoU of the model over ``loader``, written into the run at the current step and
+        returned as a :class:`xray_tb.bias.BiasReport`; see :func:`xray_tb.bias.recording.attention_iou`."""
+        return attention_iou(self._recording, loader, target=target, protected=protected, masks=masks, **options)
 
     # Life cycle -----------------------------------------------------------------------------------
 

@@ -56,7 +56,7 @@ def test_a_nan_weight_at_step_37_is_named_at_37_at_the_default_pace(tmp_path, wi
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     extra = {"optimizer": optimizer} if with_optimizer else {}
     with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10, **extra) as xray:
-        assert xray._health._pacer.auto  # the defaults: the statistics are paced
+        assert xray._health.monitor._pacer.auto  # the defaults: the statistics are paced
         train(model, xray, optimizer, 60, nan_weight_at_37, use_optimizer_hook=with_optimizer)
         assert xray.first_nonfinite == NonFinite(step=37, layer="second", kind="weight")
         nonfinite = [(f.layer, f.step) for f in xray.findings() if f.rule == "nonfinite"]

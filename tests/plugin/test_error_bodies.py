@@ -12,7 +12,7 @@ from werkzeug import test as wtest
 from werkzeug import wrappers
 
 from tb_plugin import responses
-from tests.plugin.test_routes import PREFIX, serve
+from tests.helpers.plugin_app import PREFIX, serve
 
 REPOSITORY = str(Path(__file__).resolve().parents[2])
 

@@ -23,7 +23,7 @@ from tensorboard.plugins import base_plugin
 
 from tb_plugin import metadata, xray_plugin
 from tests.plugin import http_client, test_names
-from tests.plugin.test_routes import record, serve
+from tests.helpers.plugin_app import record, serve
 from tests.tensorboard_server import tensorboard
 
 SEED = 8

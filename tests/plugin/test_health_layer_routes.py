@@ -13,7 +13,7 @@ from xray_tb import Xray, open_run
 from xray_tb.health import HealthOptions
 
 from tests.health.helpers import batches, relu_mlp, scalars
-from tests.plugin.test_routes import get, serve
+from tests.helpers.plugin_app import get, serve
 
 STEPS = 40
 RESULT: dict = {}

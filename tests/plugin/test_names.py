@@ -14,8 +14,8 @@ from torch import nn
 from tb_plugin import metadata, run_names
 from tests.event_files import read_xray_events
 from tests.plugin import http_client
-from tests.plugin.test_routes import get as get_in_process
-from tests.plugin.test_routes import serve
+from tests.helpers.plugin_app import get as get_in_process
+from tests.helpers.plugin_app import serve
 from xray_tb import Xray
 
 #: A submodule name with every character a tag cannot hold as it is, and a literal "%41".

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.plugin.test_routes import CAPTURES, record
+from tests.helpers.plugin_app import CAPTURES, record
 from tests.tensorboard_server import get_json, tensorboard
 
 

@@ -8,7 +8,7 @@ say, becomes all zero: an empty map). The scalar is ``|z_k|`` for output ``k`` o
 model (the predicted class for ``target="pred"``).
 
 The model is left exactly as it was: the forward runs in eval mode inside
-:func:`xray_tb.state.preserved` (train/eval flags, buffers and RNG restored, any hook it registered
+:func:`xray_tb.trace.state.preserved` (train/eval flags, buffers and RNG restored, any hook it registered
 removed), ``torch.autograd.grad`` leaves every ``.grad`` alone, and the hook is removed even when the
 forward fails.
 """
@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from xray_tb.state import preserved
+from xray_tb.trace.state import preserved
 
 #: What a target may be: an output index, ``"pred"`` (the argmax class), or one index per image.
 Target = Union[int, str, torch.Tensor]

@@ -15,7 +15,9 @@ from tensorboard.compat.proto import event_pb2
 from tb_plugin import bias_metadata
 from xray_tb.bias.evaluation import MasksLike, evaluate
 from xray_tb.bias.report import BiasReport, Examples
-from xray_tb.records import run_events
+from xray_tb.io.reader import RecordedRun, read_contents
+from xray_tb.io.run_contents import RunContents
+from xray_tb.recording import Recording
 
 
 def attention_iou(
@@ -31,7 +33,7 @@ def attention_iou(
     """Run :func:`xray_tb.bias.evaluate` on ``xray``'s model and write the result into its run.
 
     Args:
-        xray: an open :class:`xray_tb.Xray`.
+        xray: an open :class:`xray_tb.Xray`, or its :class:`~xray_tb.recording.Recording`.
         loader, target, protected, masks, options: as for :func:`xray_tb.bias.evaluate`.
         step: the step to file the result under; by default the last step Xray counted (the step of
             the latest ``take_graphs()`` call, or 0 before any).
@@ -39,30 +41,24 @@ def attention_iou(
     Returns:
         The :class:`BiasReport`, its ``step`` set.
     """
-    sink = xray._sink  # raises if the Xray is closed
+    recording = xray if isinstance(xray, Recording) else xray.recording
+    sink = recording.sink  # raises if the Xray is closed
     if step is None:
-        step = max(int(getattr(xray, "_next_step", 0)) - 1, 0)
+        step = recording.current_step
     elif isinstance(step, bool) or not hasattr(step, "__index__") or int(step) < 0:
         raise ValueError(f"step must be a whole number from 0, got {step!r}")
     # Xray's own hooks sit out the evaluation's forward passes, so that the next take_graphs() still
     # records the training forward.
-    recorder = getattr(getattr(xray, "_resources", None), "recorder", None)
-    paused = recorder is not None and recorder.armed
-    if paused:
-        recorder.disarm()
-    try:
-        report = evaluate(xray._model, loader, target=target, protected=protected, masks=masks, **options)
-    finally:
-        if paused:
-            recorder.arm()
+    with recording.paused():
+        report = evaluate(recording.model, loader, target=target, protected=protected, masks=masks, **options)
     report.step = int(step)
-    write_report(sink, report, report.step, run_id=xray.run_id)
+    write_report(sink, report, report.step, run_id=recording.run_id)
     return report
 
 
 def write_report(sink, report: BiasReport, step: int, *, run_id: str = "", wall_time: Optional[float] = None) -> None:
     """Write ``report`` (and its examples) at ``step`` as one event through ``sink`` (an
-    :class:`xray_tb.writer.EventSink`), and flush it."""
+    :class:`xray_tb.io.sink.EventSink`), and flush it."""
     document = dict(report.to_json(), run_id=run_id)
     summary = bias_metadata.result_summary(document)
     if report.examples is not None:
@@ -84,28 +80,17 @@ def write_report(sink, report: BiasReport, step: int, *, run_id: str = "", wall_
     sink.flush()
 
 
-def read_reports(logdir: str | os.PathLike) -> dict[str, dict[int, BiasReport]]:
+def read_reports(run: str | os.PathLike | RunContents | RecordedRun) -> dict[str, dict[int, BiasReport]]:
     """``{evaluation: {step: BiasReport}}`` of the results written into a run directory (examples
-    included); a later write of a step replaces an earlier one."""
+    included); a later write of a step replaces an earlier one, its examples included."""
+    contents = read_contents(run)
     reports: dict[str, dict[int, BiasReport]] = {}
-    pending_examples: dict[tuple[str, int], list[bytes]] = {}
-    for event in run_events(logdir, warn=False):  # open_run warns about damage; read on quietly here
-        for value in event.summary.value:
-            parsed = bias_metadata.parse_tag(value.tag)
-            if parsed is None or not value.tensor.string_val:
-                continue
-            evaluation, part = parsed
-            blobs = list(value.tensor.string_val)
-            if part == "result":
-                document = bias_metadata.decode_result(blobs)
-                reports.setdefault(evaluation, {})[event.step] = BiasReport.from_json(document, event.step)
-                pending_examples.pop((evaluation, event.step), None)  # an earlier write's examples
-            else:
-                pending_examples[(evaluation, event.step)] = blobs
-    for (evaluation, step), blobs in pending_examples.items():
-        report = reports.get(evaluation, {}).get(step)
-        if report is not None:
-            report.examples = _examples(blobs)
+    for (evaluation, step), (origin, blobs) in contents.bias_results.items():
+        report = BiasReport.from_json(bias_metadata.decode_result(blobs), step)
+        examples = contents.bias_examples.get((evaluation, step))
+        if examples is not None and examples[0] >= origin:  # written with this result, or after it
+            report.examples = _examples(examples[1])
+        reports.setdefault(evaluation, {})[step] = report
     return {evaluation: dict(sorted(by_step.items())) for evaluation, by_step in sorted(reports.items())}
 
 

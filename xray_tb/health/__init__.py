@@ -5,9 +5,9 @@ channel variance, weight histograms, the first non-finite value, custom statisti
 ``health=HealthOptions(...)`` thins it (see :class:`HealthOptions`).
 """
 
-from xray_tb.health.api import HealthMixin
 from xray_tb.health.findings import Finding, NonFinite
 from xray_tb.health.options import HealthOptions
 from xray_tb.health.pruning import PruneEntry
+from xray_tb.health.training import TrainingHealth
 
-__all__ = ["HealthMixin", "HealthOptions", "Finding", "NonFinite", "PruneEntry"]
+__all__ = ["TrainingHealth", "HealthOptions", "Finding", "NonFinite", "PruneEntry"]

@@ -22,8 +22,8 @@ from tensorboard.compat.proto import event_pb2
 from torch import nn
 
 from tb_plugin import health_metadata
-from xray_tb.activations import recompute
-from xray_tb.graph import Graph
+from xray_tb.trace.activations import recompute
+from xray_tb.trace.graph import Graph
 from xray_tb.health import model_scalars, nonfinite, writing
 from xray_tb.health.buffer import Block, RowBuffer
 from xray_tb.health.epochs import EpochAccumulator
@@ -38,9 +38,9 @@ from xray_tb.health.stats import (
     IterationStatistic, IterationView, Saturation, Statistic, UpdateRatio, WeightNorm,
 )
 from xray_tb.health.stats.histograms import add_weight_histograms
-from xray_tb.hooks import TapRecorder
-from xray_tb.schedules import as_schedule
-from xray_tb.writer import EventSink
+from xray_tb.capture.hooks import TapRecorder
+from xray_tb.capture.schedules import as_schedule
+from xray_tb.io.sink import EventSink
 
 
 class HealthMonitor:
@@ -137,6 +137,11 @@ class HealthMonitor:
                 measure(step)
 
         self._optimizer_handle = optimizer.register_step_pre_hook(wrap(before_step))
+
+    @property
+    def activation_hooks(self) -> TapRecorder:
+        """The hooks that keep activations at health steps (paused with Xray's own)."""
+        return self._recorder
 
     def _activations_due(self, step: int) -> bool:
         if self._due[0] != step:

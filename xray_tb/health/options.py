@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Optional, Union
 
-from xray_tb.schedules import ScheduleLike, as_schedule
+from xray_tb.capture.schedules import ScheduleLike, as_schedule
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,8 +13,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from xray_tb.activations import traced_arguments
-from xray_tb.graph import CONV_TYPES, LINEAR_TYPES, ActivationSource, Graph, Tap
+from xray_tb.trace.activations import traced_arguments
+from xray_tb.trace.graph import CONV_TYPES, LINEAR_TYPES, ActivationSource, Graph, Tap
 
 #: Layer types whose units are the last dimension of their output (the others: dimension 1).
 _LAST_DIM_UNITS = LINEAR_TYPES | {"LayerNorm"}

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from xray_tb.schedules import ScheduleLike, as_schedule
+from xray_tb.capture.schedules import ScheduleLike, as_schedule
 from xray_tb.xray import Xray
 
 #: Set by the callback from the framework's optimizer steps, never by the user.

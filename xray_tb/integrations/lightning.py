@@ -23,9 +23,9 @@ import lightning.pytorch as pl
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import move_data_to_device
 
-from xray_tb import storage
+from xray_tb.io import storage
 from xray_tb.integrations._session import XraySession
-from xray_tb.schedules import ScheduleLike
+from xray_tb.capture.schedules import ScheduleLike
 from xray_tb.xray import Xray
 
 

@@ -28,9 +28,9 @@ from transformers import TrainerCallback
 from transformers.integrations import TensorBoardCallback
 from transformers.trainer_callback import CallbackHandler
 
-from xray_tb import storage
+from xray_tb.io import storage
 from xray_tb.integrations._session import XraySession
-from xray_tb.schedules import ScheduleLike
+from xray_tb.capture.schedules import ScheduleLike
 from xray_tb.xray import Xray
 
 

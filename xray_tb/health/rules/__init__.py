@@ -6,14 +6,14 @@ from typing import Any, Mapping
 
 from xray_tb.health.rules.base import Rule, RuleInput
 from xray_tb.health.rules.dead_units import DeadUnitsRule
-from xray_tb.health.rules.exploding_gradient import ExplodingGradient
+from xray_tb.health.rules.exploding_gradient import ExplodingGradientRule
 from xray_tb.health.rules.nonfinite import NonFiniteRule
 from xray_tb.health.rules.saturation import SaturationRule
 from xray_tb.health.rules.update_ratio import UpdateRatioRule
-from xray_tb.health.rules.vanishing_gradient import VanishingGradient
+from xray_tb.health.rules.vanishing_gradient import VanishingGradientRule
 
 RULES: dict[str, type[Rule]] = {
-    rule.name: rule for rule in (DeadUnitsRule, VanishingGradient, ExplodingGradient, SaturationRule, UpdateRatioRule, NonFiniteRule)
+    rule.name: rule for rule in (DeadUnitsRule, VanishingGradientRule, ExplodingGradientRule, SaturationRule, UpdateRatioRule, NonFiniteRule)
 }
 
 

@@ -14,7 +14,7 @@ from xray_tb.health.findings import Hit
 from xray_tb.health.rules.base import Rule, RuleInput, first_hits
 
 
-class ExplodingGradient(Rule):
+class ExplodingGradientRule(Rule):
     name = "exploding_gradient"
     defaults = {"max_norm": 1e3, "growth": 100.0, "window": 20}
 

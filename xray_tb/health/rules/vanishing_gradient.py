@@ -13,7 +13,7 @@ from xray_tb.health.findings import Hit
 from xray_tb.health.rules.base import Rule, RuleInput, first_hits, streaks
 
 
-class VanishingGradient(Rule):
+class VanishingGradientRule(Rule):
     name = "vanishing_gradient"
     defaults = {"ratio": 1e-3, "patience": 20}
 

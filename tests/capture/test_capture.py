@@ -1,0 +1,199 @@
+"""Schedules, probe captures, storage options, statistics and hygiene of the capture engine."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import io
+import pickle
+import weakref
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from tests.event_files import read_xray_events
+from tests.helpers.training import FULL, SmallCNN, assert_same_state, batch, state_of, train_step
+from xray_tb import Xray
+from xray_tb.schedules import at, every
+
+
+@pytest.fixture
+def model():
+    torch.manual_seed(0)
+    return SmallCNN()
+
+
+def armed(model):
+    return any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+def test_schedule_counts_take_graphs_calls_and_arms_only_due_steps(model, tmp_path):
+    xray = Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan={"conv": {"output": True, "grad": True}}, every=3)
+    recorded, armed_at = [], []
+    for step in range(7):
+        armed_at.append(armed(model))
+        x, y = batch(step)
+        train_step(model, x, y)
+        with torch.no_grad():
+            model(x)  # an eval forward does not count as a step
+        recorded.append(xray.take_graphs())
+    xray.close()
+    assert recorded == [0, None, None, 3, None, None, 6]
+    assert armed_at == [True, False, False, True, False, False, True]
+    frames, _ = read_xray_events(str(tmp_path))
+    assert sorted({step for _, _, step in frames}) == [0, 3, 6]
+
+
+def test_schedule_counts_optimizer_steps(model, tmp_path):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    xray = Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan={"fc1": {"output": True}}, every=at([2, 5]), optimizer=optimizer)
+    recorded = []
+    for step in range(6):
+        train_step(model, *batch(step))
+        if step in (2, 4, 5):  # the user calls take_graphs only now and then
+            recorded.append(xray.take_graphs())
+        optimizer.step()
+    xray.close()
+    assert recorded == [2, None, 5]
+    assert not armed(model) and not optimizer._optimizer_step_post_hooks
+
+
+def test_probe_records_a_fixed_batch_and_leaves_no_trace(model, tmp_path):
+    model.add_module("drop", nn.Dropout(0.5))  # consumes RNG in train mode; never called, so untouched
+    probe_x, probe_y = batch(seed=42, n=4)
+    xray = Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan={"conv": FULL}, probe=(probe_x, probe_y), loss_fn=F.cross_entropy)
+    assert not armed(model)  # probe mode needs no hooks between captures
+    train_step(model, *batch(0))
+    before = state_of(model)
+    xray.take_graphs(0)
+    assert_same_state(before, state_of(model))
+    assert not armed(model)
+    xray.close()
+
+    twin = copy.deepcopy(model).eval()
+    out = twin.conv(probe_x)
+    loss = F.cross_entropy(twin.fc2(twin.act(twin.fc1(twin.flatten(twin.pool(twin.relu(twin.bn(out))))))), probe_y)
+    (grad,) = torch.autograd.grad(loss, out)
+    frames, _ = read_xray_events(str(tmp_path))
+    header, values = frames[("conv", "output", 0)]
+    torch.testing.assert_close(torch.from_numpy(values), out[0, header.indices].detach())
+    torch.testing.assert_close(torch.from_numpy(frames[("conv", "grad", 0)][1]), grad[0, header.indices])
+    torch.testing.assert_close(torch.from_numpy(frames[("conv", "weight_grad", 0)][1]), model.conv.weight.grad[header.indices])
+
+
+def test_probe_needs_a_loss_for_grads(model, tmp_path):
+    with pytest.raises(ValueError, match="give loss_fn="):
+        Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan={"conv": {"grad": True}}, probe=batch()[0])
+    with Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan=["conv"]) as xray:
+        with pytest.raises(ValueError, match="needs a probe batch"):
+            xray.take_graphs(probe=True)
+
+
+def test_float16_storage_budget_and_report(model, tmp_path):
+    x, y = batch()
+    xray = Xray(model, x, logdir=str(tmp_path), plan={"conv": FULL, "fc1": {"output": True}}, dtype="float16", budget_bytes=1000)
+    train_step(model, x, y)
+    with pytest.warns(UserWarning, match="budget of 1000 bytes and skipped"):
+        xray.take_graphs(0)
+    report = xray.last_report
+    xray.close()
+    frames, _ = read_xray_events(str(tmp_path))
+    assert report.bytes <= 1000 and report.frames == len(frames) and report.skipped
+    assert all(values.dtype == np.float16 for _, values in frames.values())
+    header, values = frames[("conv", "weight", 0)]
+    np.testing.assert_array_equal(values, model.conv.weight.detach()[header.indices].numpy().astype(np.float16))
+
+
+def test_statistics_are_scalars_over_the_whole_tensor(model, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    x, y = batch()
+    with Xray(model, x, logdir=str(tmp_path), plan={"conv": {"weight": True}}, layer_scalars=True) as xray:
+        train_step(model, x, y)
+        with torch.no_grad():
+            model.conv.weight[0, 0, 0, 0] = float("nan")
+        xray.take_graphs(3)
+    scalars = EventAccumulator(str(tmp_path)).Reload()
+    value = lambda stat: scalars.Scalars(f"xray_stats/conv/weight/{stat}")[0].value  # noqa: E731
+    assert scalars.Scalars("xray_stats/conv/weight/mean")[0].step == 3
+    assert value("nonfinite") == 1 and np.isnan(value("mean")) and np.isnan(value("max"))
+    frames, _ = read_xray_events(str(tmp_path))
+    assert np.isnan(frames[("conv", "weight", 3)][1]).sum() == 1  # recorded as it is
+
+
+def test_statistics_values(model, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    x, y = batch()
+    with Xray(model, x, logdir=str(tmp_path), plan={"fc1": {"weight": True}}, layer_scalars=True) as xray:
+        xray.take_graphs(0)
+    scalars = EventAccumulator(str(tmp_path)).Reload()
+    weight = model.fc1.weight.detach()
+    for stat, expected in {"mean": weight.mean(), "std": weight.std(), "min": weight.min(), "max": weight.max()}.items():
+        assert scalars.Scalars(f"xray_stats/fc1/weight/{stat}")[0].value == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_hooks_removed_when_garbage_collected(model, tmp_path):
+    xray = Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan=["conv"])
+    assert armed(model)
+    reference = weakref.ref(xray)
+    del xray
+    gc.collect()
+    assert reference() is None and not armed(model)
+
+
+@pytest.mark.filterwarnings("ignore:take_graphs")
+def test_model_with_xray_attached_pickles_copies_and_saves(model, tmp_path):
+    xray = Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan={"conv": FULL})
+    train_step(model, *batch())
+    twin = copy.deepcopy(model)
+    restored = pickle.loads(pickle.dumps(model))
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    x = batch(1)[0]
+    for other in (twin, restored, loaded):
+        torch.testing.assert_close(other(x), model(x))
+    xray.take_graphs(0)
+    xray.close()
+
+
+def test_bad_options_say_what_is_wrong(model, tmp_path):
+    kwargs = dict(input_size=(1, 8, 8), logdir=str(tmp_path))
+    with pytest.raises(ValueError, match="'float32' or 'float16'"):
+        Xray(model, dtype="int8", **kwargs)
+    with pytest.raises(ValueError, match="positive number of bytes"):
+        Xray(model, budget_bytes=0, **kwargs)
+    with pytest.raises(TypeError, match="every= takes a whole number"):
+        Xray(model, every="often", **kwargs)
+    with pytest.raises(ValueError, match="every\\(n\\) needs a whole number n >= 1"):
+        every(0)
+    with pytest.raises(ValueError, match="give every= too"):
+        Xray(model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), **kwargs)
+
+
+def test_records_lists_what_was_written(model, tmp_path):
+    with Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan={"conv": {"weight": True, "grad": True}}) as xray:
+        for step in (0, 5):
+            train_step(model, *batch(step))
+            xray.take_graphs(step)
+        assert xray.records() == {"conv": {"weight": [0, 5], "grad": [0, 5]}}
+
+
+def test_a_schedule_is_asked_once_per_step(model, tmp_path):
+    asked = []
+
+    def coin(step):
+        asked.append(step)
+        return len(asked) % 2 == 1  # answers differently when asked again
+
+    xray = Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan={"fc1": {"output": True}}, every=coin)
+    for step in range(4):
+        train_step(model, *batch(step))
+        xray.take_graphs()
+    xray.close()
+    assert asked == [0, 1, 2, 3, 4]  # 4: arming for the next step

@@ -1,0 +1,57 @@
+"""A recorded run and TensorBoard's own app in process, for the route tests of the plugin."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from tensorboard import program
+from tensorboard.backend import application
+from tensorboard.backend.event_processing import data_ingester
+from tensorboard.plugins.core import core_plugin
+from torch import nn
+from torch.nn import functional as F
+from werkzeug import test as wtest
+from werkzeug import wrappers
+
+from tb_plugin import xray_plugin
+from xray_tb import Xray
+
+PREFIX = "/data/plugin/xray"
+CAPTURES = 50
+
+
+def tiny_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+
+
+def record(logdir, captures=CAPTURES):
+    model = tiny_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    plan = {"0": {"weight": True, "output": True, "activation": True, "grad": True}, "3": {"weight": True, "output": True}}
+    g = torch.Generator().manual_seed(0)
+    with Xray(model, input_size=(1, 6, 6), logdir=str(logdir), plan=plan) as xray:
+        for step in range(captures):
+            x, y = torch.randn(8, 1, 6, 6, generator=g), torch.randint(0, 3, (8,), generator=g)
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            xray.take_graphs(step * 10)
+            optimizer.step()
+    return model
+
+
+def serve(logdir, *flags):
+    """TensorBoard's own Python loader and WSGI app, configured as the CLI would configure them."""
+    loaders = [core_plugin.CorePluginLoader(), xray_plugin.XrayLoader()]
+    tensorboard = program.TensorBoard(plugins=loaders)
+    tensorboard.configure(argv=["tensorboard", "--logdir", str(logdir), "--reload_interval=0", "--reload_task=blocking", "--load_fast=false", *flags])
+    ingester = data_ingester.LocalDataIngester(tensorboard.flags)
+    ingester.start()
+    app = application.TensorBoardWSGIApp(tensorboard.flags, loaders, ingester.data_provider, deprecated_multiplexer=ingester.deprecated_multiplexer)
+    return wtest.Client(app, wrappers.Response)
+
+
+def get(client, path, **params):
+    response = client.get(PREFIX + path, query_string=params)
+    return response.status_code, json.loads(response.get_data()) if response.mimetype == "application/json" else response.get_data()

@@ -1,0 +1,1 @@
+"""Tests of xray_tb.io."""

@@ -1,0 +1,197 @@
+"""Forward hooks that keep the outputs (and output gradients) of chosen module calls."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any, Callable, Optional
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from xray_tb.trace.graph import Tap
+
+
+@dataclasses.dataclass
+class TapValue:
+    """What the latest grad-enabled forward gave at a tap: its output tensors by path (``""`` for a
+    plain tensor, ``"[0]"``, ``"[1][0]"``, ``"['logits']"`` inside tuples and dicts), and their
+    gradients after backward. ``versions`` holds the version counter of each output that was kept
+    without a copy, as the layer returned it: a later in-place write (also through a view) changes
+    it, and the output no longer holds what the layer returned."""
+
+    outputs: dict[str, torch.Tensor]
+    grads: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    versions: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Outputs whose gradient was asked for; a path missing from ``grads`` after backward never got one.
+    expected_grads: tuple[str, ...] = ()
+
+    def overwritten(self, path: str) -> bool:
+        """Whether the output at ``path`` was written in place after the layer returned it."""
+        version = self.versions.get(path)
+        return version is not None and _version(self.outputs[path]) != version
+
+
+def tensors_with_paths(value: Any, path: str = "") -> list[tuple[str, torch.Tensor]]:
+    """Every tensor in a module output (a tensor, or tuples, lists and dicts of them) with its path."""
+    if isinstance(value, torch.Tensor):
+        return [(path, value)]
+    if isinstance(value, dict):
+        items = ((f"[{key!r}]", item) for key, item in value.items())
+    elif isinstance(value, (tuple, list)):
+        items = ((f"[{index}]", item) for index, item in enumerate(value))
+    else:
+        return []
+    return [found for suffix, item in items for found in tensors_with_paths(item, path + suffix)]
+
+
+class _InertHook:
+    """What an Xray hook becomes when the model is pickled, deep-copied or ``torch.save``d: nothing."""
+
+    def __call__(self, *args) -> None:
+        return None
+
+
+class Hook:
+    """A hook function that pickles and copies as :class:`_InertHook`, so the model stays saveable; every
+    hook Xray registers (capture, training health, the optimizer step counter) is one."""
+
+    def __init__(self, function: Callable):
+        self._function = function
+
+    def __call__(self, *args):
+        return self._function(*args)
+
+    def __reduce__(self):
+        return (_InertHook, ())
+
+
+def _version(tensor: torch.Tensor) -> Optional[int]:
+    """The tensor's version counter (shared with its views), None where it has none (inference tensors)."""
+    try:
+        return tensor._version
+    except RuntimeError:
+        return None
+
+
+def _grad_keeper(grads: dict[str, torch.Tensor], path: str) -> Callable:
+    def keep(grad: Optional[torch.Tensor]) -> None:
+        # Autograd hands None for an output of a multi-output node that the loss does not use
+        # (an LSTM's ``out`` when only ``h`` feeds the loss): nothing arrived, nothing is kept.
+        if grad is not None:
+            grads[path] = grad.detach()
+
+    return keep
+
+
+class TapRecorder:
+    """Keeps references to the outputs of ``taps`` from the latest forward run with grad enabled.
+
+    Hooks exist only while armed (:meth:`arm`, :meth:`disarm`). Only forwards on the training
+    thread (:attr:`owner`: the thread that last called :meth:`claim`, at first the thread of the
+    first forward with grad enabled) count: forwards under
+    ``torch.no_grad()`` (validation) and forwards on other threads (an eval or serving thread) neither
+    replace what was kept nor disturb the count of module calls. Outputs in ``copy`` are copied,
+    because a later op overwrites them in place; gradients of outputs in ``grads`` are caught with a
+    tensor hook, which sees the gradient of the output as it was before any in-place op.
+    """
+
+    def __init__(self, model: nn.Module, modules: dict[str, nn.Module], taps: set[Tap], copy: set[Tap], grads: set[Tap]):
+        self.latest: dict[Tap, TapValue] = {}
+        self._model = model
+        targets = {name: (modules[name], {tap.call for tap in taps if tap.module == name}) for name in sorted({t.module for t in taps})}
+        # Built once: arming for a due step only registers them.
+        self._hooks = [(module, Hook(self._make_hook(name, wanted))) for name, (module, wanted) in targets.items()]
+        self._start_hook = Hook(self._start_forward)
+        self._copy, self._grads = copy, grads
+        self._calls: dict[str, int] = {}
+        #: Why a tap's output could not be kept in the latest forward, by tap.
+        self.errors: dict[Tap, str] = {}
+        self.owner: Optional[int] = None
+        self._handles: list[RemovableHandle] = []
+        self._tensor_handles: list[RemovableHandle] = []
+
+    def claim(self) -> None:
+        """Make the calling thread the training thread, whose forwards are recorded."""
+        self.owner = threading.get_ident()
+
+    def copy_from_now_on(self, tap: Tap) -> None:
+        """Copy ``tap``'s output when it is kept: something writes into it after the layer returns."""
+        self._copy = self._copy | {tap}
+
+    @property
+    def armed(self) -> bool:
+        return bool(self._handles)
+
+    def arm(self) -> None:
+        """Register the hooks (no-op when armed or when there is nothing to tap)."""
+        if self.armed or not self._hooks:
+            return
+        self._handles.append(self._model.register_forward_pre_hook(self._start_hook))
+        for module, hook in self._hooks:
+            self._handles.append(module.register_forward_hook(hook))
+
+    def disarm(self) -> None:
+        """Remove the module hooks; what was kept stays until :meth:`clear`."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def _start_forward(self, module, args) -> None:
+        thread = threading.get_ident()
+        if self.owner is None and torch.is_grad_enabled():
+            self.owner = thread
+        if thread != self.owner:
+            return
+        self._calls.clear()
+        if torch.is_grad_enabled():
+            self.errors.clear()
+        if torch.is_grad_enabled():
+            self._drop_tensor_hooks()
+
+    def _drop_tensor_hooks(self) -> None:
+        for handle in self._tensor_handles:
+            handle.remove()
+        self._tensor_handles.clear()
+
+    def _make_hook(self, name: str, wanted: set[int]):
+        def hook(module, args, output):
+            if threading.get_ident() != self.owner:
+                return
+            call = self._calls.get(name, 0)
+            self._calls[name] = call + 1
+            if call in wanted and torch.is_grad_enabled():
+                try:
+                    self._keep(taps[call], tensors_with_paths(output))
+                except Exception as error:  # noqa: BLE001 - Xray must never break the user's forward
+                    self.latest.pop(taps[call], None)
+                    self.errors[taps[call]] = f"failed: keeping the output raised {type(error).__name__}: {error}"
+
+        taps = {call: Tap(name, call) for call in wanted}
+        return hook
+
+    def _keep(self, tap: Tap, outputs: list[tuple[str, torch.Tensor]]) -> None:
+        if not outputs:
+            return
+        copy = tap in self._copy
+        value = TapValue({path: tensor.detach().clone() if copy else tensor.detach() for path, tensor in outputs})
+        if not copy:
+            value.versions = {path: version for path, tensor in outputs if (version := _version(tensor)) is not None}
+        self.latest[tap] = value
+        if tap in self._grads:
+            wanted = [(path, tensor) for path, tensor in outputs if tensor.requires_grad]
+            value.expected_grads = tuple(path for path, _ in wanted)
+            for path, tensor in wanted:
+                self._tensor_handles.append(tensor.register_hook(_grad_keeper(value.grads, path)))
+
+    def clear(self) -> None:
+        """Forget the kept tensors (and their pending gradient hooks)."""
+        self._drop_tensor_hooks()
+        self.latest.clear()
+        self.errors.clear()
+
+    def remove(self) -> None:
+        """Remove every hook and forget everything; idempotent."""
+        self.disarm()
+        self.clear()

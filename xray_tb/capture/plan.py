@@ -1,0 +1,130 @@
+"""The plan: which kinds are recorded for which layers. Drafted from the graph, edited by the user.
+
+A plan is ``{layer: {kind: bool}}`` with layer names from ``model.named_modules()`` and kinds from
+:data:`KINDS`; an entry may also name its own ``"selector"`` (a :class:`~xray_tb.Selector`). ``"layer"`` is accepted as another word for ``"output"``. A list of layer names means
+"these layers, with what the draft would record for them" (their output when the draft records
+nothing for their type).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Iterable, Mapping, Union
+
+import numpy as np
+import torch
+from torch import nn
+
+from tb_plugin.metadata import KINDS, PARAMETER_KINDS
+from xray_tb.trace import graph
+from xray_tb.capture.selectors import Selector
+
+ALIASES = {"layer": "output"}
+PlanLike = Union[Mapping[str, Mapping[str, bool]], Iterable[str]]
+
+
+def _entry(**on: bool) -> dict[str, bool]:
+    return {kind: bool(on.get(kind, False)) for kind in KINDS}
+
+
+def _has_parameter(module: nn.Module, name: str) -> bool:
+    return isinstance(getattr(module, name, None), torch.Tensor)
+
+
+def draft_plan(index: graph.Graph) -> dict[str, dict[str, bool]]:
+    """An entry for every module called in the forward: conv layers record output and activation,
+    linear layers their activation, everything else nothing (seed 000)."""
+    plan = {}
+    for name, node in index.layers.items():
+        has_activation = index.activation_source(name) is not None
+        if node["type"] in graph.CONV_TYPES:
+            plan[name] = _entry(output=True, activation=has_activation)
+        elif node["type"] in graph.LINEAR_TYPES:
+            plan[name] = _entry(activation=has_activation)
+        else:
+            plan[name] = _entry()
+    return plan
+
+
+def normalize_plan(plan: PlanLike, index: graph.Graph, model: nn.Module) -> dict[str, dict[str, bool]]:
+    """A validated full plan (every kind present, aliases resolved) for the layers ``plan`` names.
+
+    Raises:
+        ValueError: a layer that does not exist or is never called in the forward (naming close
+            matches), an unknown kind (listing the valid ones), or a kind the layer cannot give.
+        TypeError: ``plan`` is neither a mapping nor a list of names.
+    """
+    if isinstance(plan, str) or not isinstance(plan, (Mapping, list, tuple, set, frozenset)):
+        raise TypeError(f"a plan is a dict {{layer: {{kind: bool}}}} or a list of layer names, got {type(plan).__name__}")
+    draft = draft_plan(index)
+    modules = dict(model.named_modules())
+    result: dict[str, dict[str, bool]] = {}
+    for layer in plan:
+        _check_layer(layer, draft, modules)
+        if isinstance(plan, Mapping):
+            entry = _parse_entry(layer, plan[layer])
+        else:
+            entry = dict(draft[layer]) if any(draft[layer].values()) else _entry(output=True)
+        _check_kinds(layer, entry, index, modules[layer])
+        result[layer] = entry
+    return result
+
+
+def _check_layer(layer: object, draft: dict, modules: dict) -> None:
+    if not isinstance(layer, str):
+        raise ValueError(f"layer names are strings from model.named_modules(), got {layer!r}")
+    if layer in draft:
+        return
+    if layer == "":
+        if not draft:
+            raise ValueError("the model is a single layer; wrap it, e.g. Xray(nn.Sequential(model), ...), and plan layer '0'")
+        raise ValueError("the root model is not a layer; name one of its submodules")
+    if layer in modules:
+        children = [name for name in draft if name.startswith(layer + ".")]
+        if children:
+            raise ValueError(f"{layer!r} is a container; plan its layers instead, e.g. {', '.join(children[:5])}")
+        raise ValueError(f"layer {layer!r} is never called in the model's forward, so nothing can be recorded for it")
+    close = difflib.get_close_matches(layer, list(draft), n=5, cutoff=0.5)
+    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else f"; layers: {', '.join(list(draft)[:20])}"
+    raise ValueError(f"unknown layer {layer!r}{hint}")
+
+
+def _parse_entry(layer: str, kinds: object) -> dict:
+    if not isinstance(kinds, Mapping):
+        raise ValueError(f"plan[{layer!r}] must be a dict {{kind: bool}}, got {kinds!r}")
+    entry: dict = _entry()
+    for kind, on in kinds.items():
+        if kind == "selector":
+            if on is not None and not isinstance(on, Selector):
+                raise ValueError(f"plan[{layer!r}]['selector'] must be a xray_tb.Selector, got {type(on).__name__}")
+            entry["selector"] = on
+            continue
+        name = ALIASES.get(kind, kind)
+        if name not in KINDS:
+            raise ValueError(
+                f"unknown kind {kind!r} for layer {layer!r}; valid kinds: {', '.join(KINDS)} "
+                "('layer' means 'output'; 'selector' takes a Selector)"
+            )
+        if not isinstance(on, (bool, np.bool_)):
+            raise ValueError(f"plan[{layer!r}][{kind!r}] must be True or False, got {type(on).__name__} {on!r}")
+        entry[name] = bool(on)
+    return entry
+
+
+def plan_document(plan: dict) -> dict:
+    """The plan as JSON for the event file: selectors by their repr."""
+    return {layer: {k: repr(v) if k == "selector" else v for k, v in entry.items()} for layer, entry in plan.items()}
+
+
+def _check_kinds(layer: str, entry: dict[str, bool], index: graph.Graph, module: nn.Module) -> None:
+    for parameter in ("weight", "bias"):
+        kinds = [kind for kind, (name, _) in PARAMETER_KINDS.items() if name == parameter]
+        if any(entry[kind] for kind in kinds) and not _has_parameter(module, parameter):
+            hint = " (it was built with bias=False)" if parameter == "bias" and hasattr(module, "bias") else ""
+            raise ValueError(
+                f"layer {layer!r} ({type(module).__name__}) has no {parameter}{hint}; turn off {' and '.join(map(repr, kinds))} for it"
+            )
+    if entry["activation"] and index.activation_source(layer) is None:
+        raise ValueError(
+            f"no activation directly follows layer {layer!r} in the dataflow; record its 'output' instead"
+        )

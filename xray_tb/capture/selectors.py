@@ -1,0 +1,153 @@
+"""Choosing which filters or rows of a big tensor are stored.
+
+A selector sees the tensor to store (for batch kinds of rank 3 and more, one sample of the batch),
+whose first axis holds the candidate filters (conv) or rows (linear, sequences), and returns the
+indices to keep along that axis. Subclass :class:`Selector` and implement :meth:`Selector.select`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+import zlib
+from typing import Optional, Sequence
+
+import torch
+
+#: Default number of filters kept from a tensor of rank 3 or more (conv weights and feature maps).
+DEFAULT_MAX_FILTERS = 16
+#: Default number of rows kept from a tensor of rank 2 (linear weights, a batch of features).
+DEFAULT_MAX_ROWS = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class SelectionInfo:
+    """What the tensor being selected from is."""
+
+    layer: str
+    kind: str
+    layer_type: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """Indices kept along the first axis of the tensor given to the selector, in display order."""
+
+    indices: tuple[int, ...]
+
+
+class Selector:
+    """Base class of selectors: ``select(tensor, info) -> Selection``."""
+
+    def select(self, tensor: torch.Tensor, info: SelectionInfo) -> Selection:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({fields})"
+
+
+def _limit(tensor: torch.Tensor, max_filters: int, max_rows: int) -> int:
+    """How many entries of the first axis may be kept: filters (rank >= 3), rows (rank 2), or all
+    of a vector, which is a single row."""
+    if tensor.dim() <= 1:
+        return tensor.numel()
+    return max_filters if tensor.dim() >= 3 else max_rows
+
+
+class KeepAll(Selector):
+    """Keep every filter or row; with ``max_elements``, only tensors of at most that many elements,
+    leaving bigger ones to ``otherwise`` (default :class:`RandomFilters`)."""
+
+    def __init__(self, max_elements: Optional[int] = None, otherwise: Optional[Selector] = None):
+        self.max_elements = max_elements
+        self.otherwise = otherwise if otherwise is not None or max_elements is None else RandomFilters()
+
+    def select(self, tensor, info):
+        if self.max_elements is not None and tensor.numel() > self.max_elements:
+            return self.otherwise.select(tensor, info)
+        return Selection(tuple(range(tensor.shape[0]) if tensor.dim() else ()))
+
+
+class FirstN(Selector):
+    """Keep the first filters or rows."""
+
+    def __init__(self, max_filters: int = DEFAULT_MAX_FILTERS, max_rows: int = DEFAULT_MAX_ROWS):
+        self.max_filters = max_filters
+        self.max_rows = max_rows
+
+    def select(self, tensor, info):
+        if tensor.dim() == 0:
+            return Selection(())
+        return Selection(tuple(range(min(tensor.shape[0], _limit(tensor, self.max_filters, self.max_rows)))))
+
+
+class RandomFilters(Selector):
+    """Random filters or rows, the same ones at every capture (the default).
+
+    The random generator is seeded from the layer name and ``seed``, so a layer's output, activation,
+    gradient and weight show the same filters when their first axes have the same size, at every
+    capture and in every run. Tensors whose first axis fits the limit are kept whole, in order.
+    """
+
+    def __init__(self, max_filters: int = DEFAULT_MAX_FILTERS, max_rows: int = DEFAULT_MAX_ROWS, seed: int = 0):
+        self.max_filters = max_filters
+        self.max_rows = max_rows
+        self.seed = seed
+        self._chosen: dict[tuple[str, int, int], Selection] = {}
+
+    def select(self, tensor, info):
+        if tensor.dim() == 0:
+            return Selection(())
+        key = (info.layer, tensor.shape[0], _limit(tensor, self.max_filters, self.max_rows))
+        if key not in self._chosen:
+            self._chosen[key] = self._draw(*key)
+        return self._chosen[key]
+
+    def _draw(self, layer: str, size: int, limit: int) -> Selection:
+        if size <= limit:
+            return Selection(tuple(range(size)))
+        generator = torch.Generator().manual_seed(zlib.crc32(layer.encode("utf-8")) + self.seed)
+        return Selection(tuple(sorted(torch.randperm(size, generator=generator)[:limit].tolist())))
+
+
+class TopVariance(Selector):
+    """The filters or rows of highest variance, chosen once per layer at its first capture and then
+    kept, so frames stay comparable over time."""
+
+    def __init__(self, max_filters: int = DEFAULT_MAX_FILTERS, max_rows: int = DEFAULT_MAX_ROWS):
+        self.max_filters = max_filters
+        self.max_rows = max_rows
+        self._chosen: dict[tuple[str, int], Selection] = {}
+
+    def select(self, tensor, info):
+        if tensor.dim() == 0:
+            return Selection(())
+        key = (info.layer, tensor.shape[0])
+        if key not in self._chosen:
+            limit = _limit(tensor, self.max_filters, self.max_rows)
+            variance = tensor.detach().float().reshape(tensor.shape[0], -1).var(dim=1, unbiased=False)
+            top = torch.topk(torch.nan_to_num(variance, nan=-1.0), min(limit, tensor.shape[0])).indices
+            self._chosen[key] = Selection(tuple(sorted(int(i) for i in top)))
+        return self._chosen[key]
+
+
+def check_selection(selection: object, selector: Selector, size: int) -> Sequence[int]:
+    """The indices of ``selection``, or a ValueError naming the selector when it is malformed."""
+    name = type(selector).__name__
+    if not isinstance(selection, Selection):
+        raise ValueError(f"{name}.select must return a Selection, got {type(selection).__name__}")
+    if set(map(type, selection.indices)) <= {int}:  # the common case, checked without a Python loop
+        if selection.indices and (min(selection.indices) < 0 or max(selection.indices) >= size):
+            bad = [i for i in selection.indices if not 0 <= i < size]
+            raise ValueError(f"{name}.select returned indices {bad[:5]} outside the first axis of size {size}")
+        return selection.indices
+    indices = []
+    for index in selection.indices:
+        if isinstance(index, bool) or not hasattr(index, "__index__"):
+            raise ValueError(f"{name}.select returned {index!r} among its indices; indices are whole numbers")
+        indices.append(operator.index(index))
+    bad = [i for i in indices if not 0 <= i < size]
+    if bad:
+        raise ValueError(f"{name}.select returned indices {bad[:5]} outside the first axis of size {size}")
+    return indices

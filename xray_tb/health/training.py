@@ -1,0 +1,150 @@
+"""Training health over a :class:`~xray_tb.recording.Recording`: what ``Xray`` delegates to.
+
+``Xray`` calls three methods as it trains: :meth:`TrainingHealth.iteration` on every ``take_graphs()``
+call when steps are counted by those calls (with ``optimizer=``, the optimizer's step pre-hook calls
+it), :meth:`~TrainingHealth.arm_for` wherever Xray arms its own hooks for a step, and
+:meth:`~TrainingHealth.capture` at each capture. The monitor is closed when the recording is released.
+With health switched off, the same object answers every question with the error that says so.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Callable, Optional, Sequence, Union
+
+import torch
+
+from tb_plugin import health_metadata
+from xray_tb.capture.hooks import Hook
+from xray_tb.health import pruning
+from xray_tb.health.findings import Finding, NonFinite
+from xray_tb.health.monitor import HealthMonitor
+from xray_tb.health.options import HealthOptions, as_options
+from xray_tb.health.stats import CUSTOM_KINDS, CustomActivationStatistic, CustomParameterStatistic
+from xray_tb.recording import Recording
+
+
+class TrainingHealth:
+    """Training health: per-iteration gradient and weight statistics, dead units, saturation, channel
+    variance, the first non-finite value and findings (see README, "Training health")."""
+
+    def __init__(self, recording: Recording, health: Union[bool, HealthOptions, None], optimizer: Optional[torch.optim.Optimizer],
+                 capture_due: Callable[[int], bool], layer_scalars: bool = False):
+        self._warned: set = set()
+        self.monitor: Optional[HealthMonitor] = None
+        options = as_options(health)
+        if options is None:
+            return
+        monitor = HealthMonitor(recording.model, recording.graph, recording.architecture, options, recording.sink, capture_due,
+                                recording.next_step, layer_scalars=layer_scalars)
+        if optimizer is not None:
+            monitor.watch_optimizer(optimizer, lambda: None if recording.closed else recording.next_step, Hook, self.iteration)
+        recording.on_release(monitor.close)
+        recording.pause_with_recorder(monitor.activation_hooks)
+        self.monitor = monitor
+
+    # The first two run on every training step: the failure handling is inlined to keep them cheap.
+
+    def iteration(self, step: int) -> None:
+        if self.monitor is not None:
+            try:
+                self.monitor.iteration(step)
+            except Exception as error:  # noqa: BLE001 - training health must never crash training
+                _failed(self._warned, "measuring", step, error)
+
+    def arm_for(self, step: int) -> None:
+        if self.monitor is not None:
+            try:
+                self.monitor.arm_for(step)
+            except Exception as error:  # noqa: BLE001
+                _failed(self._warned, "arming its hooks for", step, error)
+
+    def capture(self, step: int, layers: list[str]) -> None:
+        if self.monitor is not None:
+            try:
+                self.monitor.capture(step, layers)
+            except Exception as error:  # noqa: BLE001
+                _failed(self._warned, "writing", step, error)
+
+    def _monitor(self) -> HealthMonitor:
+        if self.monitor is None:
+            raise RuntimeError("training health is switched off for this Xray: create it with health=True (the default)")
+        return self.monitor
+
+    @property
+    def first_nonfinite(self) -> Optional[NonFinite]:
+        """None, or where the first NaN/Inf appeared: ``step``, ``layer`` and ``kind`` (weight, output,
+        activation or weight_grad). Weights and gradients are checked every health iteration, outputs and
+        activations at health steps."""
+        monitor = self._monitor()
+        monitor.flush()
+        return monitor.first_nonfinite
+
+    def findings(self) -> list[Finding]:
+        """What the rules found wrong so far, in the order first seen (see :mod:`xray_tb.health.rules`)."""
+        return self._monitor().findings()
+
+    def dead_units(self, threshold: Optional[float] = None) -> dict[str, list[int]]:
+        """``{layer: sorted unit indices}`` of layers with units whose activation stayed at or below
+        ``threshold`` (default: ``HealthOptions.dead_threshold``, 0) over the recent health steps."""
+        return self._monitor().dead.dead(threshold)
+
+    def prune(self, threshold: Optional[float] = None, dry_run: bool = True, remove: bool = False) -> list[pruning.PruneEntry]:
+        """Mask the dead units' weight rows or filters and biases with ``torch.nn.utils.prune``.
+
+        With ``dry_run=True`` (the default) nothing changes: the report says what would be masked.
+        ``remove=True`` makes the pruning permanent. This is the one Xray call that changes the model.
+        Layers that cannot be pruned without changing outputs are reported with a ``reason``.
+        """
+        monitor = self._monitor()
+        layers = {layer.name: layer for layer in monitor.scope.activations}
+        report = pruning.plan(layers, self.dead_units(threshold))
+        if dry_run:
+            return report
+        monitor.flush()
+        report = pruning.apply(layers, report, remove)
+        if any(entry.applied for entry in report):
+            monitor.weights_changed()
+        return report
+
+    def add_statistic(self, name: str, fn: Callable[[torch.Tensor], float], kinds: Sequence[str] = ("weight_grad",)) -> None:
+        """Compute ``fn(tensor) -> float`` (or a 0-d tensor) per layer: on each layer's ``weight`` or
+        ``weight_grad`` at every health iteration, on its ``activation`` at health steps. It is written
+        like the built-ins, as ``name`` (``name[kind]`` when several kinds are given)."""
+        monitor = self._monitor()
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]{1,48}", name):
+            raise ValueError(f"add_statistic name must be letters, digits, '_', '.' or '-' (1-48 of them), got {name!r}")
+        if not callable(fn):
+            raise TypeError(f"add_statistic fn must be callable as fn(tensor) -> float, got {type(fn).__name__}")
+        kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+        unknown = [kind for kind in kinds if kind not in CUSTOM_KINDS]
+        if not kinds or unknown:
+            raise ValueError(f"add_statistic kinds must be some of {', '.join(CUSTOM_KINDS)}; got {kinds!r}")
+        for kind in dict.fromkeys(kinds):
+            stat = name if len(kinds) == 1 else f"{name}[{kind}]"
+            if not health_metadata.STAT_NAME.fullmatch(stat):
+                raise ValueError(f"statistic name {stat!r} is too long")
+            if kind == "activation":
+                family = CustomActivationStatistic([layer.name for layer in monitor.scope.activations], stat, fn)
+            else:
+                family = CustomParameterStatistic([layer.name for layer in monitor.scope.weighted], stat, fn, kind)
+            monitor.add_family(family)
+
+    def end_epoch(self) -> dict[str, dict[str, tuple[float, float]]]:
+        """Close an epoch: each per-iteration statistic's mean over the epoch's iterations and its
+        variance across them, ``{layer: {stat: (mean, var)}}``, also written to the run."""
+        return self._monitor().end_epoch()
+
+
+def _failed(warned: set, what: str, step: int, error: Exception) -> None:
+    """A health call failed: that costs the step's health statistics, never the training. Each kind of
+    failure is warned once."""
+    key = ("health", what, type(error).__name__)
+    if key not in warned:
+        warned.add(key)
+        warnings.warn(
+            f"training health failed {what} step {step} ({type(error).__name__}: {error}); that step's health "
+            "statistics are skipped and training goes on. Switch health off with Xray(..., health=False)",
+            stacklevel=4,
+        )

@@ -1,0 +1,74 @@
+"""What an :class:`~xray_tb.Xray` gives back: its records, frames from memory or the run's files, the
+notebook view, a GIF and the architecture table, over the :class:`~xray_tb.recording.Recording`."""
+
+from __future__ import annotations
+
+import copy
+from typing import Optional
+
+import numpy as np
+import torch
+
+from tb_plugin import metadata
+from xray_tb.io.reader import RecordedRun, open_run
+from xray_tb.notebook import views
+from xray_tb.recording import Recording
+from xray_tb.trace.summary_table import summary_table
+
+
+class ReadBack:
+    """What the recording captured: the steps per layer and kind, the last capture's frames in memory,
+    and the run's files, read incrementally."""
+
+    def __init__(self, recording: Recording):
+        self.recording = recording
+        self.last_step: Optional[int] = None  #: the step of the last capture written whole
+        self._records: dict[str, dict[str, list[int]]] = {}
+        self._last_frames: dict[tuple[str, str], tuple[metadata.FrameHeader, np.ndarray]] = {}
+        self._run: Optional[RecordedRun] = None
+
+    def remember(self, step: int, frames: dict) -> None:
+        """Note a capture's frames ``{(layer, kind): (header, values)}`` at ``step``."""
+        self._last_frames = frames
+        for name, kind in frames:
+            self._records.setdefault(name, {}).setdefault(kind, []).append(step)
+
+    def records(self) -> dict[str, dict[str, list[int]]]:
+        """What this Xray recorded: ``{layer: {kind: [steps]}}``."""
+        return copy.deepcopy(self._records)
+
+    def load(self, layer: str, kind: str, step: int) -> tuple[torch.Tensor, metadata.FrameHeader]:
+        """A recorded frame (the kept values) and its header: from memory when it is from the last
+        capture, else from the run's event files."""
+        in_memory = self._last_frames.get((layer, kind))
+        if in_memory is not None and in_memory[0].step == int(step):
+            header, values = in_memory
+            return torch.from_numpy(values.astype(np.float32)), header
+        return self.written_run().load(layer, kind, step)
+
+    def written_run(self) -> RecordedRun:
+        """The run as written so far, read incrementally from the event files."""
+        self.recording.flush()
+        if self._run is None:
+            self._run = open_run(self.recording.logdir)
+        else:
+            self._run.reload()
+        return self._run
+
+    def show_last_graphs(self, save: Optional[str] = None):
+        """Draw the last capture with matplotlib: one row per layer, one panel per kind.
+
+        Inline in Jupyter; with ``save=path``, written to a PNG. Returns the figure.
+        """
+        if not self._last_frames:
+            raise RuntimeError("nothing captured yet: call take_graphs() after loss.backward() first")
+        return views.show_frames(list(self._last_frames.values()), save=save, title=f"step {self.last_step}")
+
+    def save_gif(self, layer: str, kind: str, path: str, *, fps: float = 2) -> str:
+        """Animate a layer's frames of one kind over the captured steps into a GIF at ``path``."""
+        frames = [(header, values.numpy()) for values, header in self.written_run().frames(layer, kind)]
+        return views.save_gif(frames, path, fps=fps)
+
+    def summary(self) -> str:
+        """A text table of the traced graph: name, type or op, output shape, parameters."""
+        return summary_table(self.recording.architecture)

@@ -1,0 +1,140 @@
+"""One recording's shared state, handed explicitly to every part of an :class:`~xray_tb.Xray`.
+
+A :class:`Recording` holds what the parts share: the model and its traced graph, the event sink, the
+tap recorder of the plan in force, the step counter, and :meth:`Recording.paused` to let a forward pass
+through without Xray's hooks. The capture (:mod:`xray_tb.capture.capturer`), training health
+(:mod:`xray_tb.health.training`), Attention-IoU (:mod:`xray_tb.bias.recording`) and the read-back
+(:mod:`xray_tb.notebook.readback`) receive it; none reads the facade's fields.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+import weakref
+from typing import Callable, Iterator, Optional
+
+import torch
+from torch import nn
+
+from xray_tb.capture.hooks import Hook, TapRecorder
+from xray_tb.io.reader import last_recorded_step
+from xray_tb.io.sink import EventSink
+from xray_tb.trace.graph import Graph
+
+
+class Recording:
+    """The model, graph, sink, tap recorder and step counter of one recording; released once, by
+    :meth:`release` (``Xray.close()`` or garbage collection)."""
+
+    def __init__(self, model: nn.Module, architecture: dict, sink: Optional[EventSink], run_id: str):
+        self.model = model
+        self.architecture = architecture
+        self.graph = Graph(architecture)
+        self.run_id = run_id
+        self.logdir: Optional[str] = None if sink is None else sink.logdir
+        #: The step the next training step is filed under (optimizer steps, or take_graphs() calls).
+        self.next_step = 0
+        #: The tap recorder of the plan in force (set by the capture when it installs a plan).
+        self.recorder: Optional[TapRecorder] = None
+        self._sink: Optional[EventSink] = sink
+        self._step_hook = None
+        self._arm_for: Optional[Callable[[], Optional[Callable[[int], None]]]] = None
+        self._pausable: list = []  # other hook sets to pause with the recorder (training health's)
+        self._on_release: list[Callable[[], None]] = []  # run first at release (they write their last events)
+
+    def open(self, sink: EventSink) -> None:
+        """Write through ``sink`` from now on (a recording made before its run is opened)."""
+        self._sink, self.logdir = sink, sink.logdir
+
+    @property
+    def sink(self) -> EventSink:
+        """The event sink; raises once the recording is released."""
+        if self._sink is None:
+            raise RuntimeError("this Xray is closed; create a new one to record again")
+        return self._sink
+
+    @property
+    def closed(self) -> bool:
+        return self._sink is None
+
+    @property
+    def counts_optimizer_steps(self) -> bool:
+        return self._step_hook is not None
+
+    @property
+    def current_step(self) -> int:
+        """The last step counted: that of the latest training step, or 0 before any."""
+        return max(self.next_step - 1, 0)
+
+    def flush(self) -> None:
+        if self._sink is not None:
+            self._sink.flush()
+
+    def arm_with(self, arm_for: Callable[[int], None]) -> None:
+        """How every hook is armed for a step (Xray's schedule): after each counted optimizer step and
+        after :meth:`paused`. A bound method is held weakly (a forgotten Xray can still be collected)."""
+        self._arm_for = weakref.WeakMethod(arm_for) if hasattr(arm_for, "__self__") else (lambda: arm_for)
+
+    def arm_for_next_step(self) -> None:
+        arm_for = self._arm_for() if self._arm_for is not None and not self.closed else None
+        if arm_for is not None:
+            arm_for(self.next_step)
+
+    def count_optimizer_steps(self, optimizer: torch.optim.Optimizer) -> None:
+        """Count ``optimizer``'s steps as the steps, arming the hooks for each next one."""
+
+        def count(optimizer, args, kwargs) -> None:
+            if self._arm_for is not None and self._arm_for() is not None and not self.closed:
+                self.next_step += 1
+                self.arm_for_next_step()
+
+        self._step_hook = optimizer.register_step_post_hook(Hook(count))
+
+    def pause_with_recorder(self, hooks) -> None:
+        """Pause ``hooks`` (anything with ``armed``, ``arm()`` and ``disarm()``) in :meth:`paused` too."""
+        self._pausable.append(hooks)
+
+    def on_release(self, close: Callable[[], None]) -> None:
+        """Call ``close`` at release, before the hooks are removed and the sink closes."""
+        self._on_release.append(close)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Let forward passes run without Xray's hooks (an evaluation between training steps); after,
+        the hooks are armed for the next step as :meth:`arm_with` says (else as they were)."""
+        armed = [hooks for hooks in (self.recorder, *self._pausable) if hooks is not None and hooks.armed]
+        for hooks in armed:
+            hooks.disarm()
+        try:
+            yield
+        finally:
+            if self._arm_for is not None and self._arm_for() is not None:
+                self.arm_for_next_step()
+            else:
+                for hooks in armed:
+                    hooks.arm()
+
+    def release(self) -> None:
+        """Close what was registered with :meth:`on_release`, remove the hooks, close the sink. Idempotent."""
+        closers, self._on_release = self._on_release, []
+        for close in closers:
+            close()
+        for removable in (self.recorder, self._step_hook):
+            if removable is not None:
+                removable.remove()
+        self.recorder = self._step_hook = None
+        if self._sink is not None:
+            self._sink.close()
+            self._sink = None
+
+
+def warn_about_earlier_captures(logdir: str) -> None:
+    """Warn once when the run directory already holds Xray captures (a resumed or repeated run)."""
+    previous = last_recorded_step(logdir)
+    if previous is not None:
+        warnings.warn(
+            f"{logdir!r} already holds Xray captures up to step {previous}; a step recorded again replaces the earlier "
+            "one (the last write wins). Give each run its own logdir to keep both",
+            stacklevel=3,
+        )

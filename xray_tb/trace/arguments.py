@@ -1,0 +1,167 @@
+"""Checking what a user passes to :class:`~xray_tb.Xray`: every bad argument is refused at the call that
+got it, with a message that names the parameter and the fix, before any state changes."""
+
+from __future__ import annotations
+
+import operator
+import os
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+import torch
+from torch import nn
+
+from xray_tb.capture.selectors import Selector
+
+#: TensorBoard files steps as int64.
+STEP_RANGE = (-(2**63), 2**63 - 1)
+_STORAGE_DTYPES = {"float32": np.float32, "float16": np.float16}
+
+
+def whole_number(value: Any, name: str) -> int:
+    """``value`` as an int when it is a whole number type (int, numpy or 0-d torch integer), else a
+    TypeError: ``7.9``, ``"7"`` and ``True`` are refused, never rounded or coerced."""
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+        raise TypeError(f"{name} must be a whole number, got the bool {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be a whole number (an int), got {type(value).__name__} {value!r}") from None
+
+
+def step(value: Any) -> int:
+    """A training step: a whole number in TensorBoard's int64 range."""
+    number = whole_number(value, "step")
+    low, high = STEP_RANGE
+    if not low <= number <= high:
+        raise ValueError(f"step must fit TensorBoard's int64 steps ({low} to {high}), got {number}")
+    return number
+
+
+def logdir(value: Any) -> Optional[str]:
+    """``logdir=`` as a path string (str or os.PathLike)."""
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"logdir= is the run directory, a str or path such as 'runs/exp1'; got {type(value).__name__} {value!r}")
+    path = os.fspath(value)
+    if not isinstance(path, str) or not path:
+        raise ValueError(f"logdir= must be a non-empty directory path, got {value!r}")
+    return path
+
+
+def writer(value: Any) -> Any:
+    """``writer=``: a ``torch.utils.tensorboard.SummaryWriter``."""
+    if value is not None and not (hasattr(value, "_get_file_writer") and hasattr(value, "log_dir")):
+        hint = f"; to write into the folder {value!r}, pass logdir={value!r}" if isinstance(value, (str, os.PathLike)) else ""
+        raise TypeError(f"writer= expects a torch.utils.tensorboard.SummaryWriter, got {type(value).__name__}{hint}")
+    return value
+
+
+def optimizer(value: Any) -> Optional[torch.optim.Optimizer]:
+    """``optimizer=``: the torch optimizer whose steps count as Xray's steps."""
+    if value is not None and not isinstance(value, torch.optim.Optimizer):
+        raise TypeError(
+            f"optimizer= expects the torch.optim.Optimizer that trains the model (e.g. torch.optim.SGD(model.parameters(), "
+            f"lr=0.1)), got {type(value).__name__} {value!r}"
+        )
+    return value
+
+
+def selector(value: Any) -> Optional[Selector]:
+    """``selector=``: an instance of a :class:`~xray_tb.Selector` subclass."""
+    if value is None or isinstance(value, Selector):
+        return value
+    hint = " (a class: add the parentheses)" if isinstance(value, type) and issubclass(value, Selector) else ""
+    raise TypeError(
+        f"selector= expects a xray_tb.Selector instance such as RandomFilters(), FirstN() or KeepAll(), "
+        f"got {type(value).__name__} {value!r}{hint}"
+    )
+
+
+def model(value: Any) -> nn.Module:
+    """The model: an ``nn.Module`` whose parameters and buffers hold values (not on the meta device)."""
+    if not isinstance(value, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(value).__name__}")
+    meta = next((name for name, t in (*value.named_parameters(), *value.named_buffers()) if t.is_meta), None)
+    if meta is not None:
+        raise ValueError(
+            f"the model's {meta!r} is on the 'meta' device and holds no values; materialise the model first "
+            "(e.g. model.to_empty(device='cpu') and load its weights) and then attach Xray"
+        )
+    return value
+
+
+def storage_dtype(dtype: Union[str, torch.dtype]) -> type:
+    """The numpy type ``dtype=`` stores values as."""
+    name = str(dtype).replace("torch.", "")
+    if name not in _STORAGE_DTYPES:
+        raise ValueError(f"dtype= stores values as 'float32' or 'float16', got {dtype!r}")
+    return _STORAGE_DTYPES[name]
+
+
+def probe_batch(probe: Any) -> Optional[tuple[tuple, Any]]:
+    """``(inputs, target)`` of a probe given as ``x`` or ``(x, y)``."""
+    if probe is None:
+        return None
+    if isinstance(probe, (tuple, list)) and len(probe) == 2:
+        inputs, target = probe
+    else:
+        inputs, target = probe, None
+    return (tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)), target
+
+
+def example_inputs(model: nn.Module, example_input: Any, input_size: Optional[Sequence[int]]) -> tuple[tuple, dict]:
+    """Positional and keyword inputs for tracing."""
+    if (example_input is None) == (input_size is None):
+        raise ValueError("give exactly one of example_input= (a batch the model accepts) or input_size= (one sample's shape)")
+    if input_size is not None:
+        shape = _sample_shape(input_size)
+        reference = next((p for p in model.parameters() if p.is_floating_point()), None)
+        batch = torch.randn(2, *shape, generator=torch.Generator().manual_seed(0))  # leaves the global RNG alone
+        return (batch.to(reference.device, reference.dtype) if reference is not None else batch,), {}
+    if isinstance(example_input, dict):
+        return (), dict(example_input)
+    if isinstance(example_input, tuple):
+        return example_input, {}
+    return (example_input,), {}
+
+
+def _sample_shape(input_size: Any) -> tuple[int, ...]:
+    message = f"input_size is one sample's shape without the batch, in whole positive numbers, e.g. (1, 28, 28); got {input_size!r}"
+    if isinstance(input_size, (str, bytes)) or not hasattr(input_size, "__iter__"):
+        raise ValueError(message)
+    try:
+        shape = tuple(whole_number(size, "input_size") for size in input_size)
+    except TypeError:
+        raise ValueError(message) from None
+    if any(size <= 0 for size in shape):
+        raise ValueError(message)
+    return shape
+
+
+def describe_inputs(args: tuple, kwargs: dict) -> str:
+    """The shapes of the tracing inputs, for an error message: ``(2, 1, 8, 8)``, ``x=(2, 3)``."""
+
+    def shape(value: Any) -> str:
+        if isinstance(value, torch.Tensor):
+            return str(tuple(value.shape))
+        if isinstance(value, (tuple, list)):
+            return "[" + ", ".join(shape(item) for item in value) + "]"
+        return type(value).__name__
+
+    return ", ".join([shape(arg) for arg in args] + [f"{key}={shape(value)}" for key, value in kwargs.items()]) or "no inputs"
+
+
+def trace_model(model: nn.Module, args: tuple, kwargs: dict) -> dict:
+    """The traced architecture; a forward that fails says so, with the shapes it was given."""
+    from xray_tb.trace.tracer import trace
+
+    try:
+        return trace(model, args, kwargs)
+    except Exception as error:
+        raise ValueError(
+            f"tracing the model failed with the example input of shape {describe_inputs(args, kwargs)}: "
+            f"{type(error).__name__}: {error}. Give example_input= a batch the model accepts (model(example_input) must "
+            "run), or input_size= one sample's shape"
+        ) from error
