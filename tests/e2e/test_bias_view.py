@@ -27,9 +27,9 @@ EXAMPLE_ARGS = ["--train", "640", "--epochs", "3", "--test", "200", "--every", "
 def logdir(tmp_path_factory):
     root = tmp_path_factory.mktemp("bias_logdir")
     command = [sys.executable, "examples/bias.py", "--logdir", str(root), *EXAMPLE_ARGS]
-    from tests.e2e.conftest import REPO, _env
+    from tests.e2e.runs import REPO, child_env
 
-    done = subprocess.run(command, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Open the tab" in done.stdout
     return root

@@ -20,7 +20,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import (
+from tests.e2e.runs import (
     NONFINITE,
     REPO,
     REWRITE,

@@ -15,7 +15,7 @@ import urllib.parse
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import RUN
+from tests.e2e.runs import RUN
 from tests.e2e.health_runs import DEAD_UNITS, HEALTH_DEAD, record_dead
 from tests.tensorboard_server import get_json, tensorboard
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import SMALL
+from tests.e2e.runs import SMALL
 from tests.e2e.health_runs import (
     DEAD_UNITS,
     HEALTH_DEAD,
