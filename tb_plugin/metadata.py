@@ -68,9 +68,10 @@ META_TAGS = {ARCHITECTURE_TAG: "architecture", PLAN_TAG: "plan"}
 class FrameHeader:
     """What a stored frame is, so every value can be traced back to the full tensor.
 
-    The stored array keeps only ``indices`` (in that order) along dimension ``dim`` of the full
-    tensor, ``dim`` counting in the full tensor, and, when ``batch_index`` is not None, only that
-    sample of the batch: a conv output ``[N, C, H, W]`` with ``dim == 1`` is stored as ``[k, H, W]``. ``path`` locates the
+    The stored array keeps only ``indices``, in that order, along dimension ``dim`` of the full
+    tensor (``original_shape``), and, when ``batch_index`` is not None, only that sample of
+    dimension 0: it is ``full[batch_index]`` with ``indices`` kept along its dimension ``dim - 1``
+    (a conv output ``[N, C, H, W]``: ``dim`` 1, stored ``[k, H, W]``). ``path`` locates the
     tensor inside a tuple or dict output (``"[0]"``, ``"['logits']"``), ``""`` for a plain tensor.
     ``crc32`` is the CRC-32 of the stored ``.npy`` bytes (None in frames written before it existed):
     TensorBoard's fast loader serves a record without checking its checksum, so readers check this.
