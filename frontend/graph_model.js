@@ -30,7 +30,7 @@ export const DEFAULT_BUDGET = 60;
 export const groupKey = (name) => `group:${name}`;
 
 /**
- * Builds the hierarchy of an architecture record (see xray_tb/tracer.py).
+ * Builds the hierarchy of an architecture record (see xray_tb/trace/tracer.py).
  * @param {{nodes?: any[], groups?: any[]}} arch
  * @returns {Hierarchy}
  */

@@ -1,5 +1,8 @@
 """The health monitor: drives the statistic families, buffers their rows, judges and writes them.
 
+(A little over our ~300-line rule: one class owning the buffers, the hooks and the write of a block;
+what it drives lives in ``stats/``, ``rules/``, ``writing.py``, ``nonfinite.py`` and ``sentinel.py``.)
+
 Every iteration (:meth:`HealthMonitor.iteration`) the non-finite sentinel checks the weights and
 gradients (:mod:`xray_tb.health.sentinel`); on measured iterations the per-iteration families reduce the weights and
 gradients on their device into one row; at health steps the activation families read the activations
@@ -249,16 +252,8 @@ class HealthMonitor:
     def _locate_nonfinite(self, iterations: Optional[Block], activations: Optional[Block]) -> Optional[NonFinite]:
         flags = nonfinite.FlagRows()
         self._sentinel.take(flags)  # weights and gradients, every iteration
-        if iterations is not None:
-            for index, family in enumerate(self.iteration_families):
-                for column, kind in family.nonfinite_kinds.items():
-                    values, absent = iterations.columns[(index, column)], iterations.absent[(index, column)]
-                    flags.add(iterations.steps, family.layers, ~np.isfinite(values) & ~absent, kind)
-        if activations is not None:
-            index = len(self.activation_families)
-            for column, kind in (("output_nonfinite", "output"), ("activation_nonfinite", "activation")):
-                values, absent = activations.columns[(index, column)], activations.absent[(index, column)]
-                flags.add(activations.steps, self._checks.layers, (values > 0) & ~absent, kind)
+        flags.add_block(iterations, self.iteration_families)
+        flags.add_checks(activations, len(self.activation_families), self._checks.layers)
         return nonfinite.first_nonfinite(flags, self.scope.order)
 
     def _judge(self, iterations: Optional[Block], series: dict, activations: Optional[Block], activation_series: dict) -> None:

@@ -29,6 +29,23 @@ class FlagRows:
         for row, column in zip(*np.nonzero(flags)):
             self.by_step.setdefault(int(steps[row]), {}).setdefault(kind, set()).add(layers[column])
 
+    def add_block(self, block, families: list) -> None:
+        """The non-finite values of a block of per-iteration statistics (None: no block)."""
+        if block is None:
+            return
+        for index, family in enumerate(families):
+            for column, kind in family.nonfinite_kinds.items():
+                values, absent = block.columns[(index, column)], block.absent[(index, column)]
+                self.add(block.steps, family.layers, ~np.isfinite(values) & ~absent, kind)
+
+    def add_checks(self, block, index: int, layers: list[str]) -> None:
+        """The output and activation checks of a block of health steps, family ``index`` of its row."""
+        if block is None:
+            return
+        for column, kind in (("output_nonfinite", "output"), ("activation_nonfinite", "activation")):
+            values, absent = block.columns[(index, column)], block.absent[(index, column)]
+            self.add(block.steps, layers, (values > 0) & ~absent, kind)
+
 
 def first_nonfinite(rows: FlagRows, order: list[str]) -> Optional[NonFinite]:
     """The origin at the earliest flagged step, or None when nothing was flagged."""

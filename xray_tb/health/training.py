@@ -27,7 +27,7 @@ from xray_tb.recording import Recording
 
 class TrainingHealth:
     """Training health: per-iteration gradient and weight statistics, dead units, saturation, channel
-    variance, the first non-finite value and findings (see README, "Training health")."""
+    variance, the first non-finite value and findings (see docs/health.md)."""
 
     def __init__(self, recording: Recording, health: Union[bool, HealthOptions, None], optimizer: Optional[torch.optim.Optimizer],
                  capture_due: Callable[[int], bool], layer_scalars: bool = False):

@@ -1,5 +1,8 @@
 """One-shot architecture tracer: a dataflow graph of module calls and functional ops.
 
+(Longer than our ~300-line rule on purpose: about 140 lines are the schema of the architecture record
+below, kept next to the code that writes it; the code itself is one recorder class and its mode.)
+
 ``trace(model, args, kwargs)`` runs ONE forward pass of ``model`` under a
 ``torch.overrides.TorchFunctionMode`` (which sees ``F.relu``, ``torch.cat``, ``+``, ``view``,
 ``x.flatten``, indexing, ...) while forward pre/post hooks on every submodule keep the current
