@@ -4,6 +4,7 @@ S3-compatible server (moto in server mode on 127.0.0.1), read back by open_run a
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 import urllib.parse
@@ -18,7 +19,7 @@ from torch.nn import functional as F
 
 from tests.damaged_files import damage_file, record_spans
 from tests.tensorboard_server import get_json, tensorboard
-from xray_tb import DamagedEventFileWarning, Xray, open_run
+from xray_tb import DamagedEventFileWarning, UploadIncompleteError, UploadWarning, Xray, open_run
 from xray_tb.selectors import KeepAll
 
 pytestmark = pytest.mark.s3
@@ -57,6 +58,7 @@ def test_a_run_written_to_s3_reads_back_like_the_local_twin(s3, tmp_path):
     remote = Xray(model, logdir="s3://xray/twin/run", **options)
     before = keys(client, "twin/run/")
     train(model, [local, remote], steps=3)
+    remote.flush()  # uploads run in the background: wait for them
     after_captures = keys(client, "twin/run/")
     old_frame, _ = remote.load("0", "weight_grad", 0)  # not the last capture: read back from S3
     local.close()
@@ -106,9 +108,11 @@ def test_open_run_reads_what_was_uploaded_since_the_last_reload(s3):
     model = tiny_model()
     with Xray(model, input_size=(1, 6, 6), plan=PLAN, logdir="s3://xray/growing/run", health=False) as xray:
         train(model, [xray], steps=1)
+        xray.flush()
         run = open_run("s3://xray/growing/run")
         assert run.records()["0"]["weight"] == [0]
         xray.take_graphs(1)
+        xray.flush()
         run.reload()
         assert run.records()["0"]["weight"] == [0, 1]
 
@@ -130,22 +134,27 @@ def test_a_summary_writer_on_s3_receives_xray_next_to_its_scalars(s3):
     assert run.records()["0"]["weight_grad"] == [0, 1]
 
 
-def test_a_failed_upload_is_kept_and_sent_with_the_next_capture(s3):
+def test_a_failed_upload_is_kept_and_retried_until_it_succeeds(s3):
     _, client = s3
     client.create_bucket(Bucket="flaky")
     model = tiny_model()
     xray = Xray(model, input_size=(1, 6, 6), plan=PLAN, logdir="s3://flaky/run", health=False)
     train(model, [xray], steps=1)
+    xray.flush()
     for key in keys(client, bucket="flaky"):
         client.delete_object(Bucket="flaky", Key=key)
     client.delete_bucket(Bucket="flaky")  # the next upload fails for real
-    with pytest.warns(UserWarning, match=r"could not upload .*NoSuchBucket.*kept and uploaded with the next capture"):
+    with pytest.warns(UploadWarning) as caught:
         xray.take_graphs(1)
-    client.create_bucket(Bucket="flaky")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        with pytest.raises(UploadIncompleteError, match=r"1 segments .* were not uploaded to s3://flaky/run within 0.5 s"):
+            xray.flush(timeout=0.5)
+        client.create_bucket(Bucket="flaky")
         xray.take_graphs(2)
-    xray.close()
+        xray.close()
+    messages = [str(warning.message) for warning in caught]
+    assert len(messages) == 2, messages
+    assert re.match(r"uploads to s3://flaky/run are failing: could not upload \d+ bytes .*NoSuchBucket.*1 segments", messages[0])
+    assert re.match(r"uploads to s3://flaky/run work again after", messages[1])
     assert open_run("s3://flaky/run").records()["0"]["weight"] == [1, 2]  # step 0 went with the deleted bucket
 
 
@@ -240,7 +249,7 @@ def test_tensorboard_on_s3_shows_each_capture_while_training_goes_on(s3, tmp_pat
         train(model, [xray], steps=1)
         with tensorboard(sys.executable, "s3://xray/live", cwd=tmp_path, extra=["--reload_interval=1"]) as url:
             assert get_json(f"{url}/data/plugin/xray/layers?run=run")["steps"] == [0]
-            xray.take_graphs(1)  # each capture is one new object, uploaded before take_graphs returns
+            xray.take_graphs(1)  # each capture is one new object, uploaded in the background at once
             xray.take_graphs(2)
             assert wait_for_steps(f"{url}/data/plugin/xray/layers?run=run", [0, 1, 2])
 
