@@ -19,6 +19,7 @@ from torch import nn
 
 from xray_tb.capture.hooks import Hook, TapRecorder
 from xray_tb.io.reader import last_recorded_step
+from xray_tb.io import remote_event_file
 from xray_tb.io.remote_event_file import CLOSE_TIMEOUT, UploadIncompleteError, UploadWarning
 from xray_tb.io.sink import EventSink
 from xray_tb.trace.graph import Graph
@@ -141,7 +142,7 @@ def release_on_collection(recording: Recording) -> None:
     """Release ``recording`` for an Xray collected (or left open at exit) without ``close()``: uploads
     still waiting when the wait runs out stay spooled on local disk, with a warning saying where."""
     try:
-        recording.release()
+        recording.release(remote_event_file.CLOSE_TIMEOUT)
     except UploadIncompleteError as error:
         warnings.warn(str(error), UploadWarning, stacklevel=2)
 

@@ -261,6 +261,7 @@ class RemoteEventFile:
                     return
                 segment = self._queue[0]
                 data, spooled = segment.data, segment.spooled
+            started = time.monotonic()
             try:
                 if data is None:
                     with open(spooled, "rb") as file:
@@ -269,7 +270,7 @@ class RemoteEventFile:
             except Exception as error:  # noqa: BLE001 - the thread must go on: every failure is retried
                 with self._cond:
                     if self._outage_since is None:
-                        self._outage_since = time.monotonic()
+                        self._outage_since = started
                         self._notify(f"uploads to {self.logdir} are failing: {error}. {self._where()}; they are retried "
                                      f"in the background (every {BACKOFF_CAP:g} s at most) and training goes on")
                     self._wake = False
@@ -278,21 +279,22 @@ class RemoteEventFile:
                 continue
             with self._cond:
                 self._queue.popleft()
-                spooled = segment.spooled  # spilled maybe while it was being uploaded
+                if segment.spooled is not None:  # spilled maybe while it was being uploaded
+                    _remove(segment.spooled, self.spool)
                 if segment.data is not None:
                     self._memory -= segment.size
                 self.paths.append(path)
                 if self._outage_since is not None:
                     self._notify(f"uploads to {self.logdir} work again after {time.monotonic() - self._outage_since:.1f} s "
-                                 f"of failures; {self._where()} and are being uploaded now")
+                                 f"of failures; {self._where()}" + (", being uploaded now" if self._queue else ""))
                     self._outage_since = None
                 backoff = BACKOFF_FIRST
                 self._cond.notify_all()
-            if spooled is not None:
-                _remove(spooled, self.spool)
 
     def _where(self) -> str:
         """How many segments wait, and where they are kept. Called with the lock."""
+        if not self._queue:
+            return "no segment is waiting"
         spooled = sum(segment.data is None for segment in self._queue)
         size = sum(segment.size for segment in self._queue)
         return (f"{len(self._queue)} segments ({_size(size)}, one per capture, plan or health write) are waiting, "
