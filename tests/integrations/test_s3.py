@@ -318,6 +318,13 @@ def assert_same_captures(remote: str, local: Path, steps: list[int]) -> None:
                 assert torch.equal(from_s3.load(layer, kind, step)[0], from_disk.load(layer, kind, step)[0]), (layer, kind, step)
 
 
+def twins(local: Path, remote: str) -> tuple[nn.Module, Xray, Xray]:
+    """A tiny model and two Xrays recording it alike, one to ``local``, one to ``remote``."""
+    model = tiny_model()
+    options = dict(input_size=(1, 6, 6), plan=PLAN, selector=KeepAll(), health=False)
+    return model, Xray(model, logdir=str(local), **options), Xray(model, logdir=remote, **options)
+
+
 def upload_warnings(caught) -> list[str]:
     return [("failing" if " are failing: " in str(w.message) else "recovered") for w in caught if issubclass(w.category, UploadWarning)]
 
@@ -327,10 +334,7 @@ def test_a_paused_store_never_holds_up_training(paused_store, tmp_path):
     process, _ = paused_store
     from tests.integrations.s3_faults import pause, resume
 
-    model = tiny_model()
-    options = dict(input_size=(1, 6, 6), plan=PLAN, selector=KeepAll(), health=False)
-    local = Xray(model, logdir=str(tmp_path / "run"), **options)
-    remote = Xray(model, logdir="s3://paused/run", **options)
+    model, local, remote = twins(tmp_path / "run", "s3://paused/run")
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     generator = torch.Generator().manual_seed(1)
     durations = []
@@ -359,10 +363,7 @@ def test_a_paused_store_never_holds_up_training(paused_store, tmp_path):
 
 @pytest.mark.slow
 def test_two_outages_give_two_warnings_each_followed_by_a_recovery_notice(proxy, tmp_path):
-    model = tiny_model()
-    options = dict(input_size=(1, 6, 6), plan=PLAN, selector=KeepAll(), health=False)
-    local = Xray(model, logdir=str(tmp_path / "run"), **options)
-    remote = Xray(model, logdir="s3://xray/outages/run", **options)
+    model, local, remote = twins(tmp_path / "run", "s3://xray/outages/run")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         train(model, [local, remote], steps=1)
@@ -390,10 +391,7 @@ def test_a_close_during_an_outage_is_bounded_and_flush_finishes_after_it(paused_
     process, client = paused_store
     from tests.integrations.s3_faults import pause, resume
 
-    model = tiny_model()
-    options = dict(input_size=(1, 6, 6), plan=PLAN, selector=KeepAll(), health=False)
-    local = Xray(model, logdir=str(tmp_path / "run"), **options)
-    remote = Xray(model, logdir="s3://paused/closed", **options)
+    model, local, remote = twins(tmp_path / "run", "s3://paused/closed")
     train(model, [local, remote], steps=1)
     remote.flush()
     pause(process)
@@ -439,10 +437,7 @@ def test_an_xray_collected_during_an_outage_keeps_its_captures_on_disk(proxy, tm
 @pytest.mark.slow
 def test_a_put_answered_503_but_applied_late_never_replaces_a_newer_segment(proxy, s3, tmp_path):
     _, client = s3
-    model = tiny_model()
-    options = dict(input_size=(1, 6, 6), plan=PLAN, selector=KeepAll(), health=False)
-    local = Xray(model, logdir=str(tmp_path / "run"), **options)
-    remote = Xray(model, logdir="s3://xray/late/run", **options)
+    model, local, remote = twins(tmp_path / "run", "s3://xray/late/run")
     train(model, [local, remote], steps=1)
     remote.flush()
     proxy.mode, proxy.budget, proxy.late_delay = "late", 1, 1.5
