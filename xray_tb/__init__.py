@@ -10,6 +10,7 @@ from xray_tb.capture.selectors import FirstN, KeepAll, RandomFilters, Selection,
 from xray_tb.health import HealthOptions
 from xray_tb.io.reader import RecordedRun, open_run
 from xray_tb.io.records import DamagedEventFileWarning
+from xray_tb.io.remote_event_file import UploadIncompleteError, UploadWarning
 from xray_tb.xray import Xray
 
-__all__ = ["Xray", "HealthOptions", "open_run", "RecordedRun", "DamagedEventFileWarning", "Selector", "Selection", "SelectionInfo", "RandomFilters", "FirstN", "KeepAll", "TopVariance"]
+__all__ = ["Xray", "HealthOptions", "open_run", "RecordedRun", "DamagedEventFileWarning", "UploadWarning", "UploadIncompleteError", "Selector", "Selection", "SelectionInfo", "RandomFilters", "FirstN", "KeepAll", "TopVariance"]

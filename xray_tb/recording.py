@@ -19,6 +19,8 @@ from torch import nn
 
 from xray_tb.capture.hooks import Hook, TapRecorder
 from xray_tb.io.reader import last_recorded_step
+from xray_tb.io import remote_event_file
+from xray_tb.io.remote_event_file import CLOSE_TIMEOUT, UploadIncompleteError, UploadWarning
 from xray_tb.io.sink import EventSink
 from xray_tb.trace.graph import Graph
 
@@ -38,6 +40,7 @@ class Recording:
         #: The tap recorder of the plan in force (set by the capture when it installs a plan).
         self.recorder: Optional[TapRecorder] = None
         self._sink: Optional[EventSink] = sink
+        self._released: Optional[EventSink] = None  # the sink once released: a remote one may still be uploading
         self._step_hook = None
         self._arm_for: Optional[Callable[[], Optional[Callable[[int], None]]]] = None
         self._pausable: list = []  # other hook sets to pause with the recorder (training health's)
@@ -67,9 +70,14 @@ class Recording:
         """The last step counted: that of the latest training step, or 0 before any."""
         return max(self.next_step - 1, 0)
 
-    def flush(self) -> None:
+    def flush(self, timeout: Optional[float] = None) -> None:
+        """Write what is buffered; with ``timeout``, wait up to that many seconds for a remote run's
+        uploads (those left by a release too), raising
+        :class:`~xray_tb.io.remote_event_file.UploadIncompleteError` if some remain."""
         if self._sink is not None:
-            self._sink.flush()
+            self._sink.flush(timeout)
+        elif timeout is not None and self._released is not None:
+            self._released.close(timeout)
 
     def arm_with(self, arm_for: Callable[[int], None]) -> None:
         """How every hook is armed for a step (Xray's schedule): after each counted optimizer step and
@@ -115,8 +123,9 @@ class Recording:
                 for hooks in armed:
                     hooks.arm()
 
-    def release(self) -> None:
-        """Close what was registered with :meth:`on_release`, remove the hooks, close the sink. Idempotent."""
+    def release(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Close what was registered with :meth:`on_release`, remove the hooks, close the sink (a remote
+        one waits up to ``timeout`` seconds for its uploads, see :meth:`EventSink.close`). Idempotent."""
         closers, self._on_release = self._on_release, []
         for close in closers:
             close()
@@ -125,8 +134,17 @@ class Recording:
                 removable.remove()
         self.recorder = self._step_hook = None
         if self._sink is not None:
-            self._sink.close()
-            self._sink = None
+            self._released, self._sink = self._sink, None
+            self._released.close(timeout)
+
+
+def release_on_collection(recording: Recording) -> None:
+    """Release ``recording`` for an Xray collected (or left open at exit) without ``close()``: uploads
+    still waiting when the wait runs out stay spooled on local disk, with a warning saying where."""
+    try:
+        recording.release(remote_event_file.CLOSE_TIMEOUT)
+    except UploadIncompleteError as error:
+        warnings.warn(str(error), UploadWarning, stacklevel=2)
 
 
 def warn_about_earlier_captures(logdir: str) -> None:

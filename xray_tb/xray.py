@@ -26,9 +26,10 @@ from xray_tb.capture.capturer import Capturer
 from xray_tb.capture.schedules import ScheduleLike, as_schedule
 from xray_tb.capture.selectors import RandomFilters, Selector
 from xray_tb.health import HealthOptions, TrainingHealth
+from xray_tb.io.remote_event_file import CLOSE_TIMEOUT
 from xray_tb.io.sink import EventSink
 from xray_tb.notebook.readback import ReadBack
-from xray_tb.recording import Recording, warn_about_earlier_captures
+from xray_tb.recording import Recording, release_on_collection, warn_about_earlier_captures
 from xray_tb.trace import arguments
 
 
@@ -129,7 +130,7 @@ class Xray:
         warn_about_earlier_captures(logdir if writer is None else writer.log_dir)
         recording.open(EventSink(logdir=logdir, writer=writer))
         self._recording = recording
-        self._finalizer = weakref.finalize(self, recording.release)
+        self._finalizer = weakref.finalize(self, release_on_collection, recording)
         self._readback = ReadBack(recording)
         self.last_report: Optional[CaptureReport] = None
         recording.arm_with(self._arm_for)
@@ -281,9 +282,28 @@ class Xray:
 
     # Life cycle -----------------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Remove every hook and flush and close the event file (a user's writer stays open). Idempotent."""
-        self._finalizer()
+    def flush(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Write what is recorded so far; for a remote logdir (``s3://...``), wait up to ``timeout``
+        seconds until every capture is uploaded, also after :meth:`close` (to finish after an outage).
+
+        Raises:
+            UploadIncompleteError: captures were still waiting; the message says how many and the
+                local folder that keeps them. The uploads go on in the background.
+        """
+        self._recording.flush(timeout)
+
+    def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Remove every hook and flush and close the event file (a user's writer stays open).
+
+        For a remote logdir, wait up to ``timeout`` seconds for the uploads; if captures are still
+        waiting, they are kept in a local folder and :class:`UploadIncompleteError` says how many and
+        where. Calling ``close()`` again (or :meth:`flush`) waits for them again; otherwise idempotent.
+        An Xray collected without ``close()`` keeps what it could not upload on local disk, and warns.
+        """
+        if self._finalizer.detach() is not None:
+            self._recording.release(timeout)
+        else:
+            self._recording.flush(timeout)
 
     @property
     def closed(self) -> bool:

@@ -4,6 +4,8 @@ S3-compatible server (moto in server mode on 127.0.0.1), read back by open_run a
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 import time
 import urllib.parse
@@ -18,7 +20,7 @@ from torch.nn import functional as F
 
 from tests.damaged_files import damage_file, record_spans
 from tests.tensorboard_server import get_json, tensorboard
-from xray_tb import DamagedEventFileWarning, Xray, open_run
+from xray_tb import DamagedEventFileWarning, UploadIncompleteError, UploadWarning, Xray, open_run
 from xray_tb.selectors import KeepAll
 
 pytestmark = pytest.mark.s3
@@ -57,6 +59,7 @@ def test_a_run_written_to_s3_reads_back_like_the_local_twin(s3, tmp_path):
     remote = Xray(model, logdir="s3://xray/twin/run", **options)
     before = keys(client, "twin/run/")
     train(model, [local, remote], steps=3)
+    remote.flush()  # uploads run in the background: wait for them
     after_captures = keys(client, "twin/run/")
     old_frame, _ = remote.load("0", "weight_grad", 0)  # not the last capture: read back from S3
     local.close()
@@ -106,9 +109,11 @@ def test_open_run_reads_what_was_uploaded_since_the_last_reload(s3):
     model = tiny_model()
     with Xray(model, input_size=(1, 6, 6), plan=PLAN, logdir="s3://xray/growing/run", health=False) as xray:
         train(model, [xray], steps=1)
+        xray.flush()
         run = open_run("s3://xray/growing/run")
         assert run.records()["0"]["weight"] == [0]
         xray.take_graphs(1)
+        xray.flush()
         run.reload()
         assert run.records()["0"]["weight"] == [0, 1]
 
@@ -130,22 +135,27 @@ def test_a_summary_writer_on_s3_receives_xray_next_to_its_scalars(s3):
     assert run.records()["0"]["weight_grad"] == [0, 1]
 
 
-def test_a_failed_upload_is_kept_and_sent_with_the_next_capture(s3):
+def test_a_failed_upload_is_kept_and_retried_until_it_succeeds(s3):
     _, client = s3
     client.create_bucket(Bucket="flaky")
     model = tiny_model()
     xray = Xray(model, input_size=(1, 6, 6), plan=PLAN, logdir="s3://flaky/run", health=False)
     train(model, [xray], steps=1)
+    xray.flush()
     for key in keys(client, bucket="flaky"):
         client.delete_object(Bucket="flaky", Key=key)
     client.delete_bucket(Bucket="flaky")  # the next upload fails for real
-    with pytest.warns(UserWarning, match=r"could not upload .*NoSuchBucket.*kept and uploaded with the next capture"):
+    with pytest.warns(UploadWarning) as caught:
         xray.take_graphs(1)
-    client.create_bucket(Bucket="flaky")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        with pytest.raises(UploadIncompleteError, match=r"1 segments .* were not uploaded to s3://flaky/run within 0.5 s"):
+            xray.flush(timeout=0.5)
+        client.create_bucket(Bucket="flaky")
         xray.take_graphs(2)
-    xray.close()
+        xray.close()
+    messages = [str(warning.message) for warning in caught]
+    assert len(messages) == 2, messages
+    assert re.match(r"uploads to s3://flaky/run are failing: could not upload \d+ bytes .*NoSuchBucket.*1 segments", messages[0])
+    assert re.match(r"uploads to s3://flaky/run work again after", messages[1])
     assert open_run("s3://flaky/run").records()["0"]["weight"] == [1, 2]  # step 0 went with the deleted bucket
 
 
@@ -240,7 +250,7 @@ def test_tensorboard_on_s3_shows_each_capture_while_training_goes_on(s3, tmp_pat
         train(model, [xray], steps=1)
         with tensorboard(sys.executable, "s3://xray/live", cwd=tmp_path, extra=["--reload_interval=1"]) as url:
             assert get_json(f"{url}/data/plugin/xray/layers?run=run")["steps"] == [0]
-            xray.take_graphs(1)  # each capture is one new object, uploaded before take_graphs returns
+            xray.take_graphs(1)  # each capture is one new object, uploaded in the background at once
             xray.take_graphs(2)
             assert wait_for_steps(f"{url}/data/plugin/xray/layers?run=run", [0, 1, 2])
 
@@ -253,3 +263,195 @@ def wait_for_steps(url: str, steps: list[int], timeout: float = 30.0) -> bool:
             return True
         time.sleep(0.3)
     return False
+
+
+# A store that misbehaves: paused (SIGSTOP), answering 503, resetting connections, applying a PUT late.
+
+
+@pytest.fixture
+def quick_retries(monkeypatch):
+    """Short per-attempt timeouts and backoff, so that outages in the tests last seconds."""
+    from xray_tb.io import remote_event_file
+
+    for name, value in dict(CONNECT_TIMEOUT=1.0, READ_TIMEOUT=1.0, BACKOFF_FIRST=0.1, BACKOFF_CAP=0.5, CLOSE_TIMEOUT=1.0).items():
+        monkeypatch.setattr(remote_event_file, name, value)
+
+
+@pytest.fixture
+def paused_store(s3, tmp_path, quick_retries):
+    """``(process, client)``: a moto server of its own (to pause with SIGSTOP), TensorBoard's file layer pointed at it."""
+    import boto3
+
+    from tests.integrations.s3_faults import pausable_moto
+    from tests.integrations.s3_server import CREDENTIALS, s3_environment
+
+    with pausable_moto(tmp_path) as (endpoint, process), s3_environment(endpoint):
+        client = boto3.client("s3", endpoint_url=endpoint, region_name=CREDENTIALS["AWS_DEFAULT_REGION"])
+        client.create_bucket(Bucket="paused")
+        yield process, client
+
+
+@pytest.fixture
+def proxy(s3, quick_retries):
+    """A :class:`FaultProxy` in front of the module's moto server; TensorBoard's file layer (and the
+    uploads of an Xray made in the test) go through it, ``open_run`` after the test goes direct."""
+    from tests.integrations.s3_faults import FaultProxy
+    from tests.integrations.s3_server import s3_environment
+
+    endpoint, _ = s3
+    faults = FaultProxy(endpoint)
+    try:
+        with s3_environment(faults.url):
+            yield faults
+    finally:
+        faults.close()
+
+
+def assert_same_captures(remote: str, local: Path, steps: list[int]) -> None:
+    """open_run(remote) holds the same frames as the local twin, every value equal, at ``steps``."""
+    from_s3, from_disk = open_run(remote), open_run(local)
+    assert from_s3.records() == from_disk.records()
+    assert from_s3.records()["0"]["weight_grad"] == steps
+    for layer, kinds in from_disk.records().items():
+        for kind, recorded in kinds.items():
+            for step in recorded:
+                assert torch.equal(from_s3.load(layer, kind, step)[0], from_disk.load(layer, kind, step)[0]), (layer, kind, step)
+
+
+def twins(local: Path, remote: str) -> tuple[nn.Module, Xray, Xray]:
+    """A tiny model and two Xrays recording it alike, one to ``local``, one to ``remote``."""
+    model = tiny_model()
+    options = dict(input_size=(1, 6, 6), plan=PLAN, selector=KeepAll(), health=False)
+    return model, Xray(model, logdir=str(local), **options), Xray(model, logdir=remote, **options)
+
+
+def upload_warnings(caught) -> list[str]:
+    return [("failing" if " are failing: " in str(w.message) else "recovered") for w in caught if issubclass(w.category, UploadWarning)]
+
+
+@pytest.mark.slow
+def test_a_paused_store_never_holds_up_training(paused_store, tmp_path):
+    process, _ = paused_store
+    from tests.integrations.s3_faults import pause, resume
+
+    model, local, remote = twins(tmp_path / "run", "s3://paused/run")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    generator = torch.Generator().manual_seed(1)
+    durations = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(8):
+            if step == 2:
+                pause(process)
+            if step == 7:
+                resume(process)
+            x, y = torch.randn(8, 1, 6, 6, generator=generator), torch.randint(0, 3, (8,), generator=generator)
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            local.take_graphs(step)
+            started = time.monotonic()
+            remote.take_graphs(step)
+            durations.append(time.monotonic() - started)
+            optimizer.step()
+            time.sleep(0.6)  # training goes on while the store is paused (3 s: an attempt gives up after about 2 s)
+        local.close()
+        remote.close(timeout=15)
+    assert max(durations[2:7]) < 1.0, durations  # the five captures while paused
+    assert upload_warnings(caught) == ["failing", "recovered"]
+    assert_same_captures("s3://paused/run", tmp_path / "run", list(range(8)))
+
+
+@pytest.mark.slow
+def test_two_outages_give_two_warnings_each_followed_by_a_recovery_notice(proxy, tmp_path):
+    model, local, remote = twins(tmp_path / "run", "s3://xray/outages/run")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train(model, [local, remote], steps=1)
+        remote.flush()
+        for outage in ("503", "reset"):
+            proxy.mode = outage
+            train(model, [local, remote], steps=2)
+            with pytest.raises(UploadIncompleteError, match=r"segments .* were not uploaded .* kept in "):
+                remote.flush(timeout=1.0)
+            proxy.mode = "pass"
+            remote.flush(timeout=10)
+        local.close()
+        remote.close()
+    messages = [str(w.message) for w in caught if issubclass(w.category, UploadWarning)]
+    assert upload_warnings(caught) == ["failing", "recovered", "failing", "recovered"], messages
+    assert "ServiceUnavailable" in messages[0] and "are waiting, " in messages[0] and remote.recording._released._file.spool in messages[0]
+    assert re.search(r"could not upload \d+ bytes .*(Connection|reset)", messages[2]), messages[2]
+    assert "work again after" in messages[1] and "are waiting" in messages[1]
+    # train() restarts its steps: steps 0 and 1 were written again (the last write wins); the twin did the same.
+    assert_same_captures("s3://xray/outages/run", tmp_path / "run", [0, 1])
+
+
+@pytest.mark.slow
+def test_a_close_during_an_outage_is_bounded_and_flush_finishes_after_it(paused_store, tmp_path):
+    process, client = paused_store
+    from tests.integrations.s3_faults import pause, resume
+
+    model, local, remote = twins(tmp_path / "run", "s3://paused/closed")
+    train(model, [local, remote], steps=1)
+    remote.flush()
+    pause(process)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UploadWarning)
+        train(model, [local, remote], steps=4)  # steps 0-3 again: the first written twice
+        started = time.monotonic()
+        with pytest.raises(UploadIncompleteError, match=r"segments .* were not uploaded to s3://paused/closed within 2 s; "
+                           r"they are kept in .*xray-spool.* Call xray.flush") as raised:
+            remote.close(timeout=2.0)
+        assert time.monotonic() - started < 3.0
+        assert remote.closed and raised.value.waiting >= 4
+        spooled = sorted(os.listdir(raised.value.spool))
+        assert len(spooled) == raised.value.waiting and all(name.endswith(".xray") for name in spooled)
+        resume(process)
+        remote.flush(timeout=15)
+        remote.close()  # nothing left: returns at once
+    local.close()
+    assert not os.path.exists(raised.value.spool), os.listdir(raised.value.spool)
+    assert_same_captures("s3://paused/closed", tmp_path / "run", [0, 1, 2, 3])
+
+
+@pytest.mark.slow
+def test_an_xray_collected_during_an_outage_keeps_its_captures_on_disk(proxy, tmp_path):
+    import gc
+
+    model = tiny_model()
+    remote = Xray(model, input_size=(1, 6, 6), plan=PLAN, logdir="s3://xray/collected/run", health=False)
+    proxy.mode = "503"
+    with pytest.warns(UploadWarning) as caught:
+        train(model, [remote], steps=3)
+        del remote
+        gc.collect()
+    message = str(caught[-1].message)
+    assert re.search(r"3 segments .* were not uploaded .* within 1 s; they are kept in ", message), message
+    proxy.mode = "pass"  # the uploader goes on in the background after the collection
+    deadline = time.monotonic() + 15
+    with pytest.warns(UploadWarning, match="work again after"):
+        while time.monotonic() < deadline and open_run("s3://xray/collected/run").records().get("0", {}).get("weight") != [0, 1, 2]:
+            time.sleep(0.2)
+    assert open_run("s3://xray/collected/run").records()["0"]["weight"] == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_a_put_answered_503_but_applied_late_never_replaces_a_newer_segment(proxy, s3, tmp_path):
+    _, client = s3
+    model, local, remote = twins(tmp_path / "run", "s3://xray/late/run")
+    train(model, [local, remote], steps=1)
+    remote.flush()
+    proxy.mode, proxy.budget, proxy.late_delay = "late", 1, 1.5
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train(model, [local, remote], steps=4)  # steps 0-3: the PUT of step 0's segment lands 1.5 s late
+        remote.flush(timeout=10)
+        deadline = time.monotonic() + 10
+        while proxy.late_delivered < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        local.close()
+        remote.close()
+    assert proxy.faulted == 1 and proxy.late_delivered == 1 and upload_warnings(caught) == ["failing", "recovered"]
+    names = keys(client, "late/run/")
+    assert len(names) == len(set(names)) == 1 + 1 + 4 + 1  # start, one per capture twice (step 0's twice), none at close
+    assert_same_captures("s3://xray/late/run", tmp_path / "run", [0, 1, 2, 3])

@@ -10,7 +10,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from xray_tb.io import storage
 from xray_tb.io.checksums import warn_if_slow
 from xray_tb.io.event_file import EventFile
-from xray_tb.io.remote_event_file import RemoteEventFile
+from xray_tb.io.remote_event_file import CLOSE_TIMEOUT, RemoteEventFile
 
 
 class EventSink:
@@ -46,18 +46,26 @@ class EventSink:
         else:
             self._file.add_event(event, step=event.step, walltime=event.wall_time)
 
-    def flush(self) -> None:
-        """Write everything added so far to the file, for TensorBoard to read now (Xray's own local
-        file has nothing pending; a remote one uploads a segment). A user's writer that was already
-        closed is left alone (its owner flushed it when closing it)."""
+    def flush(self, timeout: Optional[float] = None) -> None:
+        """Write everything added so far to the file, for TensorBoard to read (Xray's own local file
+        has nothing pending; a remote one queues a segment for upload, and with ``timeout`` waits up
+        to that many seconds for every queued upload). A user's writer that was already closed is
+        left alone (its owner flushed it when closing it)."""
         try:
-            self._file.flush()
+            if isinstance(self._file, RemoteEventFile):
+                self._file.flush(timeout)
+            else:
+                self._file.flush()
         except OSError:
             if self._owned:
                 raise
 
-    def close(self) -> None:
-        """Flush; close the event file if Xray opened it."""
-        self.flush()
-        if self._owned:
+    def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Flush; close the event file if Xray opened it (a remote one waits up to ``timeout``
+        seconds for its uploads, see :meth:`RemoteEventFile.close`). Calling it again waits again."""
+        if not self._owned:
+            self.flush()
+        elif isinstance(self._file, RemoteEventFile):
+            self._file.close(timeout)
+        else:
             self._file.close()

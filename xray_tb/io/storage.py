@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from typing import Iterator
+from typing import Callable, Iterator
 
 EVENT_FILE_PREFIX = "events.out.tfevents."
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
@@ -31,20 +31,54 @@ def gfile():
     return tf.io.gfile
 
 
+class RemoteStorageError(OSError):
+    """A failure of the remote store, with the path, what was attempted and what to check."""
+
+
 @contextlib.contextmanager
 def remote_errors(what: str, path: str) -> Iterator[None]:
-    """Turn a failure of the remote file layer (boto3's errors share no base class with OSError)
-    into an OSError that names the path and what to check."""
+    """Turn any failure of the remote file layer (boto3's errors share no base class; its timeouts
+    are OSErrors) into a :class:`RemoteStorageError` that names the path and what to check."""
     try:
         yield
-    except OSError:
+    except RemoteStorageError:
         raise
     except Exception as error:
-        raise OSError(
+        raise RemoteStorageError(
             f"could not {what} {path} through TensorBoard's file layer: {type(error).__name__}: {error}. Check "
             "that the bucket exists, and for S3 that the AWS credentials and S3_ENDPOINT (for a server other than "
             "AWS) are set"
         ) from error
+
+
+def object_writer(path: str, *, connect_timeout: float, read_timeout: float) -> Callable[[str, bytes], None]:
+    """``write(path, data)`` for whole objects under the remote ``path``, one attempt per call.
+
+    With TensorBoard's stub file layer (no TensorFlow), an ``s3://`` path is written with boto3
+    directly: the same endpoint (``S3_ENDPOINT``, as read by the registered S3 filesystem) and
+    credentials, but short timeouts and no retries of botocore's own (the caller retries). Any other
+    remote path is written through ``tf.io.gfile`` (its own timeouts)."""
+    layer = gfile()
+    filesystem = layer.get_filesystem(path) if path.startswith("s3://") and hasattr(layer, "get_filesystem") else None
+    if filesystem is not None and hasattr(filesystem, "bucket_and_path"):  # the stub's S3FileSystem (boto3)
+        import boto3
+        from botocore.config import Config
+
+        config = Config(connect_timeout=connect_timeout, read_timeout=read_timeout, retries={"total_max_attempts": 1})
+        endpoint = getattr(filesystem, "_s3_endpoint", os.environ.get("S3_ENDPOINT"))
+        client = boto3.client("s3", endpoint_url=endpoint, config=config)
+
+        def put(target: str, data: bytes) -> None:
+            bucket, key = filesystem.bucket_and_path(target)
+            client.put_object(Body=data, Bucket=bucket, Key=key)
+
+        return put
+
+    def write(target: str, data: bytes) -> None:
+        with layer.GFile(target, "wb") as file:
+            file.write(data)
+
+    return write
 
 
 def join(directory: str, name: str) -> str:

@@ -11,6 +11,7 @@ import torch
 
 from tb_plugin import metadata
 from xray_tb.io.reader import RecordedRun, open_run
+from xray_tb.io.remote_event_file import CLOSE_TIMEOUT
 from xray_tb.notebook import views
 from xray_tb.recording import Recording
 from xray_tb.trace.summary_table import summary_table
@@ -48,7 +49,7 @@ class ReadBack:
 
     def written_run(self) -> RecordedRun:
         """The run as written so far, read incrementally from the event files."""
-        self.recording.flush()
+        self.recording.flush(timeout=CLOSE_TIMEOUT)  # a remote run: our own uploads first
         if self._run is None:
             self._run = open_run(self.recording.logdir)
         else:
