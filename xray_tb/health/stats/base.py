@@ -71,6 +71,19 @@ class ActivationStatistic(Statistic):
         """Per-unit vectors of the last :meth:`compute` to store whole, ``{stat: [one per layer]}``."""
         return {}
 
+    # Under torch.distributed (see :mod:`xray_tb.distributed`), a family that combines every rank's batch
+    # gives its part of a health step as one 1-D tensor (:meth:`share`), and computes its columns from
+    # every rank's part (:meth:`compute_shared`, one row per rank). A family whose ``share`` returns None
+    # (custom statistics) is computed on each rank's own batch with :meth:`compute`.
+
+    def share(self, values: list[ActivationValue]) -> Optional[torch.Tensor]:
+        """This rank's part of a health step's statistics (1-D), or None to compute them per rank."""
+        return None
+
+    def compute_shared(self, gathered: torch.Tensor, nan: torch.Tensor) -> dict[str, list[torch.Tensor]]:
+        """The columns from every rank's :meth:`share` (``ranks × length``, float64)."""
+        raise NotImplementedError
+
 
 def present(tensors: list[Optional[torch.Tensor]]) -> tuple[list[int], list[torch.Tensor]]:
     """The indices and tensors of the entries that are dense tensors (gradients may be None or sparse)."""

@@ -36,14 +36,57 @@ class ChannelVariance(ActivationStatistic):
     def compute(self, values: list[ActivationValue], nan: torch.Tensor) -> dict[str, list[torch.Tensor]]:
         means = []
         for i, value in enumerate(values):
-            tensor = value.activation
-            vector = None
-            if tensor is not None and tensor.dim() >= 2 and tensor.is_floating_point():
-                dim = value.layer.unit_dim(tensor) if self.dim is None else self.dim
-                if -tensor.dim() <= dim < tensor.dim() and tensor.numel() > tensor.shape[dim]:
-                    vector = channel_variances(tensor, dim)
+            found = self._measured(value)
+            vector = None if found is None else channel_variances(*found)
             self._last[i] = vector
             means.append(None if vector is None else vector.mean())
+        return {"channel_var": means}
+
+    def _measured(self, value: ActivationValue) -> Optional[tuple[torch.Tensor, int]]:
+        """The activation and the dimension of its channels, when it has a variance to measure."""
+        tensor = value.activation
+        if tensor is not None and tensor.dim() >= 2 and tensor.is_floating_point():
+            dim = value.layer.unit_dim(tensor) if self.dim is None else self.dim
+            if -tensor.dim() <= dim < tensor.dim() and tensor.numel() > tensor.shape[dim]:
+                return tensor, dim % tensor.dim()
+        return None
+
+    def share(self, values: list[ActivationValue]) -> Optional[torch.Tensor]:
+        """Per layer: the channel count c, then this rank's count n, the c channel means and the c sums of
+        squared deviations (Chan's parallel formula combines them exactly; c = 0 for a layer not measured)."""
+        parts = []
+        for value in values:
+            found = self._measured(value)
+            if found is None:
+                parts.append(torch.zeros(1, dtype=torch.float64))
+                continue
+            tensor, dim = found
+            others = [d for d in range(tensor.dim()) if d != dim]
+            values_ = tensor.double()
+            mean = values_.mean(dim=others)
+            squares = (values_ - values_.mean(dim=others, keepdim=True)).square_().sum(dim=others)
+            count = tensor.numel() // tensor.shape[dim]
+            parts.append(torch.cat([torch.tensor([float(tensor.shape[dim]), float(count)], dtype=torch.float64), mean.cpu(), squares.cpu()]))
+        return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+
+    def compute_shared(self, gathered: torch.Tensor, nan: torch.Tensor) -> dict[str, list[torch.Tensor]]:
+        means, start = [], 0
+        for i in range(len(self.layers)):
+            channels = int(gathered[:, start].max())
+            if not channels:
+                self._last[i] = None
+                means.append(None)
+                start += 1
+                continue
+            block = gathered[:, start + 1:start + 2 + 2 * channels]  # ranks × (n, means, squares)
+            start += 2 + 2 * channels
+            counts, rank_means, squares = block[:, :1], block[:, 1:1 + channels], block[:, 1 + channels:]
+            total = counts.sum()
+            mean = (counts * rank_means).sum(dim=0) / total
+            spread = squares.sum(dim=0) + (counts * (rank_means - mean).square()).sum(dim=0)
+            vector = (spread / (total - 1)).float().to(nan.device)
+            self._last[i] = vector
+            means.append(vector.mean())
         return {"channel_var": means}
 
     def vectors(self) -> dict[str, list[torch.Tensor]]:

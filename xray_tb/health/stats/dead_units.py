@@ -28,9 +28,27 @@ class DeadUnits(ActivationStatistic):
         self._window = window
         self._rings: list[Optional[_Ring]] = [None] * len(layers)
         self._last: list[Optional[torch.Tensor]] = [None] * len(layers)
+        self._added: list[torch.Tensor] = []  # the ring rows of the latest health step
 
     def compute(self, values: list[ActivationValue], nan: torch.Tensor) -> dict[str, list[torch.Tensor]]:
-        fractions = []
+        self._add_rows(values)
+        return self._fractions()
+
+    def share(self, values: list[ActivationValue]) -> Optional[torch.Tensor]:
+        """The unit maxima of this rank's batch, the rows just added (a unit is dead only if dead on every rank)."""
+        added = self._add_rows(values)
+        return torch.cat([row.double() for row in added]) if added else torch.zeros(0, dtype=torch.float64)
+
+    def compute_shared(self, gathered: torch.Tensor, nan: torch.Tensor) -> dict[str, list[torch.Tensor]]:
+        maxima, start = gathered.amax(dim=0), 0
+        for row in self._added:  # each rank's row becomes the maximum over the ranks
+            row.copy_(maxima[start:start + row.numel()])
+            start += row.numel()
+        return self._fractions()
+
+    def _add_rows(self, values: list[ActivationValue]) -> list[torch.Tensor]:
+        """Add each seen activation's unit maxima to its ring; the rows written, in layer order."""
+        added = []
         for i, value in enumerate(values):
             ring = self._rings[i]
             tensor = value.activation
@@ -39,7 +57,13 @@ class DeadUnits(ActivationStatistic):
                 units = tensor.shape[dim]
                 if ring is None or ring.units != units or ring.rows.device != tensor.device:
                     ring = self._rings[i] = _Ring(self._window, units, tensor.device)
-                ring.add(tensor, [d for d in range(tensor.dim()) if d != dim])
+                added.append(ring.add(tensor, [d for d in range(tensor.dim()) if d != dim]))
+        self._added = added
+        return added
+
+    def _fractions(self) -> dict[str, list[torch.Tensor]]:
+        fractions = []
+        for i, ring in enumerate(self._rings):
             mask = None if ring is None else ring.maxima() <= self.threshold
             self._last[i] = mask
             fractions.append(None if mask is None else torch.mean(mask, dtype=torch.float32))
@@ -74,13 +98,15 @@ class _Ring:
         self.rows = torch.empty((window, units), dtype=torch.float32, device=device)
         self._written = 0
 
-    def add(self, tensor: torch.Tensor, others: list[int]) -> None:
+    def add(self, tensor: torch.Tensor, others: list[int]) -> torch.Tensor:
+        """Write the next row (the unit maxima of ``tensor`` over ``others``) and return it."""
         row = self.rows[self._written % len(self.rows)]
         if others and tensor.dtype == torch.float32:
             torch.amax(tensor, dim=others, out=row)
         else:
             row.copy_(tensor.amax(dim=others) if others else tensor)
         self._written += 1
+        return row
 
     def maxima(self) -> torch.Tensor:
         """Each unit's largest activation over the window (the health steps seen so far until it fills)."""

@@ -18,6 +18,12 @@ from xray_tb.health.stats.base import ActivationStatistic, ActivationValue
 
 def saturated_fraction(activation: str, params: dict, tensor: torch.Tensor, margin: float) -> Optional[torch.Tensor]:
     """The saturated share of ``tensor`` (0-d, on its device), or None when the activation has no bounds."""
+    hit = saturated(activation, params, tensor, margin)
+    return None if hit is None else hit.float().mean()
+
+
+def saturated(activation: str, params: dict, tensor: torch.Tensor, margin: float) -> Optional[torch.Tensor]:
+    """Which values (rows, for softmax) of ``tensor`` are saturated, or None when the activation has no bounds."""
     kind = activation.lower()
     values = tensor.float()
     if kind in ("sigmoid", "hardsigmoid"):
@@ -34,7 +40,7 @@ def saturated_fraction(activation: str, params: dict, tensor: torch.Tensor, marg
         hit = values.amax(dim=dim) >= 1 - margin
     else:
         return None
-    return hit.float().mean()
+    return hit
 
 
 class Saturation(ActivationStatistic):
@@ -52,3 +58,18 @@ class Saturation(ActivationStatistic):
                 result = saturated_fraction(value.layer.activation, value.layer.params, value.activation, self.margin)
             out.append(result)
         return {"saturation": out}
+
+    def share(self, values: list[ActivationValue]) -> Optional[torch.Tensor]:
+        """(saturated count, count) per layer: saturation over the global batch is their sums' ratio."""
+        parts = []
+        for value in values:
+            hit = None
+            if value.activation is not None and value.activation.is_floating_point() and value.activation.numel():
+                hit = saturated(value.layer.activation, value.layer.params, value.activation, self.margin)
+            parts.append(torch.zeros(2, dtype=torch.float64) if hit is None else
+                         torch.stack([hit.sum(dtype=torch.float64), torch.tensor(float(hit.numel()), dtype=torch.float64, device=hit.device)]).cpu())
+        return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+
+    def compute_shared(self, gathered: torch.Tensor, nan: torch.Tensor) -> dict[str, list[torch.Tensor]]:
+        sums = gathered.sum(dim=0).view(-1, 2)
+        return {"saturation": [None if total == 0 else (count / total).float() for count, total in sums]}
