@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from tb_plugin import metadata
+from xray_tb import distributed
 from xray_tb.bias.recording import attention_iou
 from xray_tb.capture import plan as plans
 from xray_tb.capture.capture import CaptureReport
@@ -26,6 +27,7 @@ from xray_tb.capture.capturer import Capturer
 from xray_tb.capture.schedules import ScheduleLike, as_schedule
 from xray_tb.capture.selectors import RandomFilters, Selector
 from xray_tb.health import HealthOptions, TrainingHealth
+from xray_tb.io import storage
 from xray_tb.io.remote_event_file import CLOSE_TIMEOUT
 from xray_tb.io.sink import EventSink
 from xray_tb.notebook.readback import ReadBack
@@ -51,7 +53,8 @@ class Xray:
     """Records weights, outputs, activations and gradients of a model's layers for TensorBoard.
 
     Args:
-        model: the ``nn.Module`` to look into. Xray never changes it.
+        model: the ``nn.Module`` to look into. Xray never changes it. A ``DistributedDataParallel`` is
+            looked into through its ``module`` (layer names are the inner model's); see ``ranks``.
         example_input: a tensor, a tuple of positional inputs, or a dict of keyword inputs, used
             once to trace the architecture.
         input_size: instead of ``example_input``, the shape of one sample without the batch
@@ -78,6 +81,12 @@ class Xray:
             per frame, ``xray_health/...`` and ``xray_health_epoch/...``), as Xray did before; by default
             only a few model-level scalars (``xray/grad_norm``, ...) reach the Scalars tab, and the
             per-layer statistics are plugin data, drawn by the Xray tab.
+        ranks: under an initialised ``torch.distributed`` process group: ``"zero"`` (default) writes
+            from rank 0 only (the other ranks open no event file), ``"all"`` writes one run per rank,
+            ``<logdir>/rank<k>``. Every rank takes part in training health (see
+            :mod:`xray_tb.distributed`), and must call :meth:`take_graphs` as often as the others.
+        collective_timeout: seconds an Xray collective waits for the other ranks before raising
+            :class:`~xray_tb.distributed.DistributedMismatch` (default 300).
     """
 
     def __init__(
@@ -98,7 +107,10 @@ class Xray:
         budget_bytes: int = DEFAULT_BUDGET_BYTES,
         health: Union[bool, HealthOptions] = True,
         layer_scalars: bool = False,
+        ranks: str = "zero",
+        collective_timeout: float = distributed.DEFAULT_TIMEOUT_SECONDS,
     ):
+        model = distributed.unwrap(model)  # DDP's module: tracing and probes run no DDP collective
         arguments.model(model)
         logdir, writer = arguments.logdir(logdir), arguments.writer(writer)
         arguments.optimizer(optimizer)
@@ -109,6 +121,12 @@ class Xray:
             raise ValueError("give either logdir= or writer=, not both")
         if logdir is None and writer is None:
             raise ValueError("give logdir='runs/<name>' or writer=SummaryWriter(...) so Xray knows where to write")
+        group = distributed.Group.current(distributed.timeout_seconds(collective_timeout))
+        self._writes, subfolder = distributed.writing_rank(group, ranks)
+        if subfolder is not None:
+            if writer is not None:
+                raise ValueError("ranks='all' writes one run per rank under logdir=: give logdir=, not writer=")
+            logdir = storage.join(logdir, subfolder)
         storage_dtype = arguments.storage_dtype(dtype)
         if isinstance(budget_bytes, bool) or not hasattr(budget_bytes, "__index__") or operator.index(budget_bytes) <= 0:
             raise ValueError(f"budget_bytes must be a positive number of bytes (a whole number), got {budget_bytes!r}")
@@ -127,8 +145,11 @@ class Xray:
         self._capture = Capturer(recording, selector=selector if selector is not None else RandomFilters(), storage_dtype=storage_dtype,
                                  budget_bytes=operator.index(budget_bytes), layer_scalars=layer_scalars, probe=probe, loss_fn=loss_fn)
         first_plan = self._capture.prepare(self.draft_plan() if plan is None else plan)
-        warn_about_earlier_captures(logdir if writer is None else writer.log_dir)
-        recording.open(EventSink(logdir=logdir, writer=writer))
+        if self._writes:
+            warn_about_earlier_captures(logdir if writer is None else writer.log_dir)
+            recording.open(EventSink(logdir=logdir, writer=writer))
+        else:  # another rank writes: this one only takes part in training health
+            recording.open(distributed.NullSink(logdir if writer is None else writer.log_dir))
         self._recording = recording
         self._finalizer = weakref.finalize(self, release_on_collection, recording)
         self._readback = ReadBack(recording)
@@ -143,7 +164,7 @@ class Xray:
             xray = ref()
             return xray is not None and xray._capture.probe is None and xray.is_due(step)
 
-        self._health = TrainingHealth(recording, health, optimizer, capture_due, layer_scalars)
+        self._health = TrainingHealth(recording, health, optimizer, capture_due, layer_scalars, group)
         self._install(first_plan)
 
     @property
@@ -195,7 +216,7 @@ class Xray:
     def _arm_for(self, step: int) -> None:
         """Arm the hooks for the training forward of ``step`` when it is due (never in probe mode)."""
         recorder = self._recording.recorder
-        due = self._capture.probe is None and self.is_due(step)
+        due = self._writes and self._capture.probe is None and self.is_due(step)
         if due != recorder.armed:  # checked first: this runs on every step
             recorder.arm() if due else recorder.disarm()
         self._health.arm_for(step)  # training health's own hooks, for its health steps
@@ -242,6 +263,8 @@ class Xray:
                 self._arm_for(step + 1)
             return None
         try:
+            if not self._writes:  # another rank writes the frames
+                return step
             if capturer.probe is not None if probe is None else probe:
                 if capturer.probe is None:
                     raise ValueError("take_graphs(probe=True) needs a probe batch: Xray(..., probe=(x, y), loss_fn=...)")

@@ -44,12 +44,14 @@ from xray_tb.health.stats.histograms import add_weight_histograms
 from xray_tb.capture.hooks import TapRecorder
 from xray_tb.capture.schedules import as_schedule
 from xray_tb.io.sink import EventSink
+from xray_tb.distributed import Group
 
 
 class HealthMonitor:
     def __init__(self, model: nn.Module, graph: Graph, architecture: dict, options: HealthOptions, sink: EventSink,
-                 capture_due: Callable[[int], bool], first_step: int = 0, layer_scalars: bool = False):
+                 capture_due: Callable[[int], bool], first_step: int = 0, layer_scalars: bool = False, group: Optional[Group] = None):
         self.options = options
+        self._group = group  # under torch.distributed: activation statistics combine every rank's batch
         self.layer_scalars = layer_scalars
         self._last_step = int(first_step)  # the step of the latest iteration
         self._prune_plan = model_scalars.PrunePlan()
@@ -183,22 +185,47 @@ class HealthMonitor:
                     tensor = next(iter(source.outputs.values()))
                     activation = recompute(layer.source.op, dict(layer.source.kwargs), tensor) if layer.source.op else tensor
                 values.append(ActivationValue(layer, activation, _first(kept.get(scope.output_taps[layer.name]))))
-            row: list = []
-            vectors: dict = {}
-            for family in self.activation_families:
-                result = family.compute(values, self._nan)
-                for column in family.columns:
-                    row.extend(result[column])
-                vectors.update({stat: (family.layers, tensors) for stat, tensors in family.vectors().items()})
             activations = {value.layer.name: value.activation for value in values}
             checks = self._checks.compute([_first(kept.get(tap)) for tap in scope.output_taps.values()],
                                           [activations.get(name) for name in scope.output_taps])
+            shared = self._combine(step, values, checks) if self._group is not None else [None] * len(self.activation_families)
+            row: list = []
+            vectors: dict = {}
+            for family, result in zip(self.activation_families, shared):
+                if result is None:
+                    result = family.compute(values, self._nan)
+                for column in family.columns:
+                    row.extend(result[column])
+                vectors.update({stat: (family.layers, tensors) for stat, tensors in family.vectors().items()})
             for column in self._checks.columns:
                 row.extend(checks[column])
             self._activation_rows.add(step, row, self._nan)
         if vectors:
             self._vectors.append((int(step), time.time(), vectors))
         self._recorder.clear()
+
+    def _combine(self, step: int, values: list[ActivationValue], checks: dict[str, list]) -> list[Optional[dict]]:
+        """Under torch.distributed: every family's share of this health step and the non-finite flags,
+        combined over the ranks with one collective (see :mod:`xray_tb.distributed`). The columns of
+        each family that shares (None for the others, computed per rank), and ``checks`` made global."""
+        device = self._nan.device
+        parts = [family.share(values) for family in self.activation_families]
+        flags = [flag for column in self._checks.columns for flag in checks[column]]
+        encoded = torch.tensor([-1.0 if flag is None else float(flag) for flag in flags], dtype=torch.float64, device=device)
+        gathered = self._group.gather(step, torch.cat([*(part.to(device) for part in parts if part is not None), encoded]))
+        results, start = [], 0
+        for family, part in zip(self.activation_families, parts):
+            if part is None:
+                results.append(None)
+                continue
+            results.append(family.compute_shared(gathered[:, start:start + part.numel()], self._nan))
+            start += part.numel()
+        combined = gathered[:, start:].amax(dim=0).float()  # a value non-finite on any rank is non-finite
+        for column in self._checks.columns:
+            count = len(checks[column])
+            checks[column] = [None if flag < 0 else flag for flag in combined[:count]]
+            combined = combined[count:]
+        return results
 
     # Writing ------------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ import torch
 
 from tb_plugin import health_metadata
 from xray_tb.capture.hooks import Hook
+from xray_tb.distributed import DistributedMismatch, Group
 from xray_tb.health import pruning
 from xray_tb.health.findings import Finding, NonFinite
 from xray_tb.health.monitor import HealthMonitor
@@ -30,14 +31,14 @@ class TrainingHealth:
     variance, the first non-finite value and findings (see docs/health.md)."""
 
     def __init__(self, recording: Recording, health: Union[bool, HealthOptions, None], optimizer: Optional[torch.optim.Optimizer],
-                 capture_due: Callable[[int], bool], layer_scalars: bool = False):
+                 capture_due: Callable[[int], bool], layer_scalars: bool = False, group: Optional[Group] = None):
         self._warned: set = set()
         self.monitor: Optional[HealthMonitor] = None
         options = as_options(health)
         if options is None:
             return
         monitor = HealthMonitor(recording.model, recording.graph, recording.architecture, options, recording.sink, capture_due,
-                                recording.next_step, layer_scalars=layer_scalars)
+                                recording.next_step, layer_scalars=layer_scalars, group=group)
         if optimizer is not None:
             monitor.watch_optimizer(optimizer, lambda: None if recording.closed else recording.next_step, Hook, self.iteration)
         recording.on_release(monitor.close)
@@ -50,6 +51,8 @@ class TrainingHealth:
         if self.monitor is not None:
             try:
                 self.monitor.iteration(step)
+            except DistributedMismatch:
+                raise  # the ranks disagree: going on would hang or mix their statistics
             except Exception as error:  # noqa: BLE001 - training health must never crash training
                 _failed(self._warned, "measuring", step, error)
 

@@ -6,7 +6,8 @@
     trainer.fit(model, datamodule)
 
 The callback attaches an :class:`~xray_tb.Xray` to the ``LightningModule`` when fitting starts, on
-global rank 0 only. It writes into the run folder of the trainer's ``TensorBoardLogger``, so
+every rank; under DDP, global rank 0 writes and every rank takes part in training health (Xray's own
+rule, ``ranks="zero"``: see :mod:`xray_tb.distributed`). It writes into the run folder of the trainer's ``TensorBoardLogger``, so
 Lightning's scalars and the Xray tab are one run (with no TensorBoard logger:
 ``<default_root_dir>/xray``). It captures in ``on_before_optimizer_step``: after backward and
 Lightning's AMP unscaling, before gradient clipping and the optimizer step. Steps are optimizer steps
@@ -47,12 +48,10 @@ class XrayCallback(pl.Callback):
 
     @property
     def xray(self) -> Optional[Xray]:
-        """The Xray of the current (or last) fit; None before the first training forward and on other ranks."""
+        """The Xray of the current (or last) fit; None before the first training forward."""
         return self._session.xray
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not trainer.is_global_zero:
-            return
         example = getattr(pl_module, "example_input_array", None)
         if example is not None:
             example = move_data_to_device(example, pl_module.device)
@@ -64,7 +63,7 @@ class XrayCallback(pl.Callback):
         )
 
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer) -> None:
-        if trainer.is_global_zero and _unwrapped(optimizer) is _unwrapped(trainer.optimizers[0]):
+        if _unwrapped(optimizer) is _unwrapped(trainer.optimizers[0]):
             self._session.step(trainer.global_step)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

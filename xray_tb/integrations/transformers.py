@@ -6,8 +6,9 @@
                       train_dataset=dataset, callbacks=[XrayCallback(every=100)])
     trainer.train()
 
-On the main process only, the callback attaches an :class:`~xray_tb.Xray` to the model at its first
-training forward and traces it with that forward's inputs (the batch dict: ``input_ids``,
+On every process, the callback attaches an :class:`~xray_tb.Xray` to the model at its first training
+forward (under DDP the main process writes, and every process takes part in training health: Xray's
+``ranks="zero"``, see :mod:`xray_tb.distributed`) and traces it with that forward's inputs (the batch dict: ``input_ids``,
 ``attention_mask``, ``labels``, ...), unless it was given ``example_input=``. It writes into the run
 folder of the Trainer's TensorBoard integration (the ``TensorBoardCallback``'s ``logging_dir``), so the
 Trainer's scalars and the Xray tab are one run; without that integration, into
@@ -49,19 +50,19 @@ class XrayCallback(TrainerCallback):
 
     @property
     def xray(self) -> Optional[Xray]:
-        """The Xray of the current (or last) training; None before its first training forward and on
-        processes other than the main one."""
+        """The Xray of the current (or last) training; None before its first training forward. Every
+        process has one: under DDP the main one writes and all take part in training health
+        (Xray's ``ranks="zero"``, see :mod:`xray_tb.distributed`)."""
         return self._session.xray
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        if not state.is_world_process_zero or model is None:
+        if model is None:
             return
         tensorboard = _tensorboard_callback(inspect.currentframe())
         self._session.start(model, logdir=lambda: run_folder(args, tensorboard))
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
-            self._session.step(state.global_step)
+        self._session.step(state.global_step)
 
     def on_train_end(self, args, state, control, **kwargs):
         self._session.close()

@@ -1,0 +1,120 @@
+"""One rank of the DDP tests (:mod:`tests.integrations.test_ddp`): ``python -m tests.integrations.ddp_worker
+CASE RANK PORT LOGDIR``. Joins a 2-process gloo group on 127.0.0.1, trains a small model wrapped in
+``DistributedDataParallel`` under an :class:`~xray_tb.Xray`, and writes what it saw to
+``LOGDIR/result<rank>.json``."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from xray_tb import Xray
+from xray_tb.distributed import DistributedMismatch
+from xray_tb.health import HealthOptions
+
+WORLD = 2
+
+
+def full_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch the ranks split between them (rank k takes rows k::2)."""
+    generator = torch.Generator().manual_seed(3)
+    return torch.randn(8, 4, generator=generator), torch.randn(8, 2, generator=generator)
+
+
+def mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+
+
+def gated() -> nn.Module:
+    """Unit 0 fires on rank 0's input, unit 1 on rank 1's, unit 2 on neither."""
+    model = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.tensor([[1.0, -1.0], [-1.0, 1.0], [-1.0, -1.0]]))
+        model[0].bias.zero_()
+    return model
+
+
+def train(ddp, xray, x, y, steps: int, skip: int = -1, offset: int = 0) -> None:
+    loss_fn = nn.MSELoss()
+    for step in range(steps):
+        ddp.zero_grad()
+        loss_fn(ddp(x), y).backward()
+        if step != skip:
+            xray.take_graphs(step + offset)
+
+
+def main(case: str, rank: int, port: str, logdir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=30))
+    result: dict = {"rank": rank}
+    try:
+        if case == "dead":
+            ddp = DistributedDataParallel(gated())
+            x = torch.tensor([[1.0, 0.0]]) if rank == 0 else torch.tensor([[0.0, 1.0]])
+            xray = Xray(ddp, x, logdir=logdir, every=1)
+            train(ddp, xray, x, torch.zeros(1, 1), 2)
+            result["dead"] = xray.dead_units()
+        elif case == "saturation":  # rank 0's input saturates the tanh, rank 1's does not
+            model = nn.Sequential(nn.Linear(1, 1), nn.Tanh())
+            with torch.no_grad():
+                model[0].weight.fill_(1.0)
+                model[0].bias.zero_()
+            ddp = DistributedDataParallel(model)
+            x = torch.full((2, 1), 10.0 if rank == 0 else 0.0)
+            xray = Xray(ddp, x, logdir=logdir, every=1)
+            train(ddp, xray, x, torch.zeros(2, 1), 2)
+        elif case == "nonfinite":  # rank 1's second batch holds a NaN
+            ddp = DistributedDataParallel(mlp())
+            x, y = (part[rank::WORLD] for part in full_batch())
+            xray = Xray(ddp, x, logdir=logdir, every=1)
+            loss_fn = nn.MSELoss()
+            for step in range(3):
+                ddp.zero_grad()
+                batch = x.clone()
+                if step == 1 and rank == 1:
+                    batch[0, 0] = float("nan")
+                loss_fn(ddp(batch), y).backward()
+                xray.take_graphs()
+            found = xray.first_nonfinite
+            result["nonfinite"] = None if found is None else [found.step, found.layer, found.kind]
+        else:
+            ddp = DistributedDataParallel(mlp())
+            x, y = (part[rank::WORLD] for part in full_batch())
+            options = {"ranks": "all"} if case in ("all", "grads") else {}
+            if case in ("skip", "last", "steps"):
+                options["collective_timeout"] = 3
+            xray = Xray(ddp, x, logdir=logdir, every=1, health=HealthOptions(every=1), **options)
+            result["layers"] = sorted(xray.plan)
+            start = time.monotonic()
+            try:
+                # skip: rank 1 misses its second take_graphs() call, last: its third and last one, so rank 0
+                # is left alone at a health step; steps: rank 1 files its steps one later than rank 0.
+                skip = {"skip": 1, "last": 2}.get(case, -1) if rank == 1 else -1
+                train(ddp, xray, x, y, 3, skip=skip, offset=int(case == "steps" and rank == 1))
+            except DistributedMismatch as error:
+                result["error"] = str(error)
+            result["seconds"] = time.monotonic() - start
+            if case == "last" and rank == 1:
+                time.sleep(6)  # alive, not calling: rank 0 must time out, not hang
+        xray.close()
+    finally:
+        with open(os.path.join(logdir, f"result{rank}.json"), "w") as file:
+            json.dump(result, file)
+    dist.destroy_process_group()
+    # Rank 0 hosts the group's TCPStore; its thread sometimes aborts the interpreter's teardown
+    # ("terminate called without an active exception", torch 2.13), after everything is written.
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])

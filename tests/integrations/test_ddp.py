@@ -1,0 +1,135 @@
+"""Xray on a ``DistributedDataParallel`` model: real 2-process runs on the gloo backend over 127.0.0.1,
+each rank a subprocess (:mod:`tests.integrations.ddp_worker`) guarded by a timeout, so a hang fails
+the test instead of hanging it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tests.integrations import ddp_worker
+from xray_tb import Xray
+from xray_tb.health import HealthOptions
+from xray_tb.health import reading
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_ranks(case: str, logdir: Path, timeout: float = 60, failing: tuple[int, ...] = ()) -> list[dict]:
+    """Run both ranks of ``case``; each rank's result. Both must exit within ``timeout`` (a hang fails
+    the test), with status 0 unless listed in ``failing``; a failing rank's output is its result."""
+    logdir.mkdir(parents=True, exist_ok=True)
+    port = str(free_port())
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    ranks = [subprocess.Popen([sys.executable, "-m", "tests.integrations.ddp_worker", case, str(rank), port, str(logdir)],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in range(2)]
+    try:
+        outputs = [rank.communicate(timeout=timeout)[0] for rank in ranks]
+    finally:
+        for rank in ranks:
+            if rank.poll() is None:
+                rank.kill()
+    for index, (rank, output) in enumerate(zip(ranks, outputs)):
+        assert rank.returncode == 0 or index in failing, output
+    return [{"output": output} if rank.returncode else json.loads((logdir / f"result{index}.json").read_text())
+            for index, (rank, output) in enumerate(zip(ranks, outputs))]
+
+
+def event_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("events.out.tfevents.*"))
+
+
+def test_rank_zero_writes_the_run_and_rank_one_writes_nothing(tmp_path):
+    results = run_ranks("zero", tmp_path)
+    assert len(event_files(tmp_path)) == 1  # rank 0's; rank 1 opened none
+    assert not [p for p in tmp_path.rglob("*") if p.is_dir()]
+    assert all(result["layers"] == ["0", "1", "2"] for result in results)  # the inner model's names, no "module."
+    _, steps, _, _ = reading.series(str(tmp_path), "grad_l2")
+    assert list(steps) == [0, 1, 2]
+
+
+def test_ranks_all_writes_one_run_per_rank(tmp_path):
+    run_ranks("all", tmp_path)
+    assert not event_files(tmp_path)
+    for rank in range(2):
+        assert len(event_files(tmp_path / f"rank{rank}")) == 1
+        _, steps, _, _ = reading.series(str(tmp_path / f"rank{rank}"), "grad_l2")
+        assert list(steps) == [0, 1, 2]
+
+
+def test_a_unit_is_dead_only_when_dead_on_every_rank(tmp_path):
+    # Unit 0 fires on rank 0's input only, unit 1 on rank 1's only, unit 2 on neither.
+    results = run_ranks("dead", tmp_path)
+    assert [result["dead"] for result in results] == [{"0": [2]}, {"0": [2]}]
+    layers, _, values, _ = reading.series(str(tmp_path), "dead_fraction")
+    assert values[layers.index("0")].tolist() == pytest.approx([1 / 3, 1 / 3])
+
+
+def test_saturation_is_over_the_global_batch(tmp_path):
+    run_ranks("saturation", tmp_path)  # rank 0's half saturates the tanh, rank 1's does not
+    layers, _, values, _ = reading.series(str(tmp_path), "saturation")
+    assert values[layers.index("0")].tolist() == pytest.approx([0.5, 0.5])
+
+
+def test_a_nonfinite_output_on_one_rank_is_reported_by_every_rank(tmp_path):
+    results = run_ranks("nonfinite", tmp_path)  # a NaN in rank 1's input at step 1
+    assert results[0]["nonfinite"] == results[1]["nonfinite"]
+    step, layer, kind = results[0]["nonfinite"]
+    assert (step, layer, kind) == (1, "0", "output")
+    assert [finding.rule for finding in reading.findings(str(tmp_path))].count("nonfinite") == 1  # reported once, by rank 0
+
+
+def test_gradient_statistics_equal_those_of_one_process_on_the_whole_batch(tmp_path):
+    run_ranks("grads", tmp_path / "ddp")
+    model = ddp_worker.mlp()
+    x, y = ddp_worker.full_batch()
+    with Xray(model, x, logdir=str(tmp_path / "single"), every=1, health=HealthOptions(every=1)) as xray:
+        for _ in range(3):
+            model.zero_grad()
+            nn.MSELoss()(model(x), y).backward()
+            xray.take_graphs()
+    for stat in ("grad_l2", "channel_var", "dead_fraction"):
+        single_layers, single_steps, single, _ = reading.series(str(tmp_path / "single"), stat)
+        for rank in range(2):
+            layers, steps, values, _ = reading.series(str(tmp_path / "ddp" / f"rank{rank}"), stat)
+            assert layers == single_layers and list(steps) == list(single_steps)
+            np.testing.assert_allclose(values, single, rtol=1e-4, atol=1e-6, err_msg=f"{stat} on rank {rank}")
+
+
+def test_a_rank_that_skips_its_last_take_graphs_call_leaves_the_other_to_time_out_cleanly(tmp_path):
+    rank0, rank1 = run_ranks("last", tmp_path)
+    assert "waited more than 3 s" in rank0["error"] and "take_graphs()" in rank0["error"]
+    assert rank0["seconds"] < 20
+    assert "error" not in rank1  # it made one call fewer: nothing left for it to wait for
+
+
+def test_a_rank_that_skips_a_take_graphs_call_mid_run_fails_both_ranks_without_a_hang(tmp_path):
+    # Rank 0 waits alone in Xray's collective while rank 1 went on to DDP's next all-reduce: rank 0
+    # raises after the timeout and stops, and rank 1's all-reduce then fails (its peer is gone).
+    rank0, rank1 = run_ranks("skip", tmp_path, failing=(1,))
+    assert "waited more than 3 s" in rank0["error"]
+    assert re.search(r"Connection (closed|reset) by peer", rank1["output"])
+
+
+def test_ranks_at_different_steps_raise_on_every_rank(tmp_path):
+    results = run_ranks("steps", tmp_path)
+    for result in results:
+        assert "different health steps" in result["error"] and "rank 1 at step 1" in result["error"]

@@ -1,0 +1,138 @@
+"""Xray under ``torch.distributed`` (DistributedDataParallel): which rank writes, and the one collective
+of a health step.
+
+* ``Xray(ddp_model, ...)`` looks into ``ddp_model.module`` (:func:`unwrap`): layer names are the inner
+  model's, and tracing and probes run the inner module, so no DDP collective or bucket hook is touched.
+* Under an initialised process group of more than one process, ``ranks="zero"`` (the default) lets rank 0
+  write and gives the other ranks a :class:`NullSink` (no event file); ``ranks="all"`` writes one run
+  per rank, ``<logdir>/rank<k>`` (:func:`writing_rank`).
+* Gradient and weight statistics need no collective: Xray measures after backward, when DDP's all-reduce
+  has made the gradients (and so the weights) equal on every rank. The non-finite sentinel, which checks
+  them, therefore agrees across ranks too.
+* Activation statistics (dead units, saturation, channel variance) and the non-finite checks of outputs
+  and activations combine every rank's batch with one ``all_gather`` per health step
+  (:meth:`Group.gather`): every rank packs its part into one flat float64 vector, and each rank
+  combines the gathered rows itself (a maximum for dead units, sums for saturation, Chan's formula for
+  channel variances, a maximum of the non-finite flags), so maxima and sums need no second collective.
+* Health steps follow the activation schedule (``HealthOptions(activations=)``, else Xray's ``every=``),
+  a function of the step: every rank reaches the same health steps when every rank calls
+  ``take_graphs()`` (or steps its optimizer) the same number of times. The gathered vector starts with the
+  step; ranks that disagree raise :class:`DistributedMismatch` on every rank, and a rank left waiting
+  alone (another one stopped calling) raises it after ``collective_timeout`` seconds. Nothing else Xray
+  does issues a collective: not the pacing of the per-iteration statistics (decided per rank, from
+  its own timing, and harmless since they need no collective), not a flush, not ``close()``.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Optional, Union
+
+import torch
+from torch import nn
+
+#: How long an Xray collective may wait for the other ranks, by default.
+DEFAULT_TIMEOUT_SECONDS = 300.0
+
+RANKS = ("zero", "all")
+
+
+class DistributedMismatch(RuntimeError):
+    """The ranks disagree about Xray's collectives (a rank called ``take_graphs()`` a different number of
+    times, or stopped): raised instead of waiting forever; training health never swallows it."""
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The module Xray looks into: ``model.module`` of a ``DistributedDataParallel``, else ``model``."""
+    try:
+        from torch.nn.parallel import DistributedDataParallel
+    except ImportError:  # pragma: no cover - torch built without distributed
+        return model
+    return model.module if isinstance(model, DistributedDataParallel) else model
+
+
+def timeout_seconds(value: Union[float, int, datetime.timedelta]) -> datetime.timedelta:
+    if isinstance(value, datetime.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"collective_timeout= must be a positive number of seconds, got {value!r}")
+    return datetime.timedelta(seconds=float(value))
+
+
+class Group:
+    """The default process group as Xray uses it: this rank, the world size and the one collective."""
+
+    def __init__(self, timeout: datetime.timedelta):
+        import torch.distributed as dist
+
+        self.rank = dist.get_rank()
+        self.size = dist.get_world_size()
+        self.timeout = timeout
+        backend = str(dist.get_backend()).lower()
+        self.device = torch.device("cuda", torch.cuda.current_device()) if "nccl" in backend else torch.device("cpu")
+
+    @classmethod
+    def current(cls, timeout: datetime.timedelta) -> Optional["Group"]:
+        """The initialised default group of more than one process, else None."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+            return None
+        return cls(timeout)
+
+    def gather(self, step: int, parts: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``parts`` (1-D), one row per rank, on ``parts``'s device: one ``all_gather``
+        that waits at most the timeout. Raises :class:`DistributedMismatch` when the ranks are at
+        different health steps, or when the others do not come."""
+        import torch.distributed as dist
+
+        flat = torch.cat([torch.tensor([float(step), float(parts.numel())], dtype=torch.float64, device=parts.device),
+                          parts.to(torch.float64)]).to(self.device)
+        rows = [torch.empty_like(flat) for _ in range(self.size)]
+        try:
+            dist.all_gather(rows, flat, async_op=True).wait(timeout=self.timeout)
+        except RuntimeError as error:
+            raise DistributedMismatch(
+                f"rank {self.rank}: Xray's health collective at step {step} failed or waited more than "
+                f"{self.timeout.total_seconds():g} s for the other ranks ({error}). Every rank must call take_graphs() "
+                "(or step its optimizer) the same number of times, on models of the same layers"
+            ) from error
+        gathered = torch.stack(rows).to(parts.device)
+        heads = gathered[:, :2].tolist()
+        if any(head != heads[self.rank] for head in heads):
+            where = ", ".join(f"rank {k} at step {int(s)} ({int(n)} values)" for k, (s, n) in enumerate(heads))
+            raise DistributedMismatch(
+                f"the ranks are at different health steps: {where}. Every rank must call take_graphs() (or step its "
+                "optimizer) the same number of times, with the same step numbers"
+            )
+        return gathered[:, 2:]
+
+
+def writing_rank(group: Optional[Group], ranks: str) -> tuple[bool, Optional[str]]:
+    """Whether this process writes, and the sub-folder of its run (``rank<k>`` with ``ranks="all"``)."""
+    if ranks not in RANKS:
+        raise ValueError(f"ranks= is 'zero' (rank 0 writes) or 'all' (one run per rank), got {ranks!r}")
+    if group is None:
+        return True, None
+    if ranks == "all":
+        return True, f"rank{group.rank}"
+    return group.rank == 0, None
+
+
+class NullSink:
+    """The sink of a rank that writes nothing: every write is dropped, no file is opened."""
+
+    def __init__(self, logdir: Optional[str]):
+        self.logdir = logdir
+
+    def add(self, summary, step: int, wall_time: Optional[float] = None) -> None:
+        pass
+
+    def add_event(self, event) -> None:
+        pass
+
+    def flush(self, timeout: Optional[float] = None) -> None:
+        pass
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        pass
