@@ -72,6 +72,13 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
             x = torch.full((2, 1), 10.0 if rank == 0 else 0.0)
             xray = Xray(ddp, x, logdir=logdir, every=1)
             train(ddp, xray, x, torch.zeros(2, 1), 2)
+        elif case == "probe":  # a probe runs the inner module on rank 0 only, between DDP's steps
+            ddp = DistributedDataParallel(mlp())
+            x, y = (part[rank::WORLD] for part in full_batch())
+            xray = Xray(ddp, x, logdir=logdir, every=1, probe=(x, y), loss_fn=nn.MSELoss(),
+                        plan={"0": {"output": True, "grad": True, "weight_grad": True}})
+            train(ddp, xray, x, y, 3)
+            result["grad"] = ddp.module[0].weight.grad.sum().item()
         elif case == "nonfinite":  # rank 1's second batch holds a NaN
             ddp = DistributedDataParallel(mlp())
             x, y = (part[rank::WORLD] for part in full_batch())

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from tests.integrations import ddp_worker
-from xray_tb import Xray
+from xray_tb import Xray, open_run
 from xray_tb.health import HealthOptions
 from xray_tb.health import reading
 
@@ -81,6 +81,12 @@ def test_a_unit_is_dead_only_when_dead_on_every_rank(tmp_path):
     assert [result["dead"] for result in results] == [{"0": [2]}, {"0": [2]}]
     layers, _, values, _ = reading.series(str(tmp_path), "dead_fraction")
     assert values[layers.index("0")].tolist() == pytest.approx([1 / 3, 1 / 3])
+
+
+def test_a_probe_runs_on_the_writing_rank_without_touching_ddp(tmp_path):
+    rank0, rank1 = run_ranks("probe", tmp_path)
+    assert rank0["grad"] == rank1["grad"]  # the probe's backward left DDP's gradients alone
+    assert open_run(str(tmp_path)).records() == {"0": {"output": [0, 1, 2], "grad": [0, 1, 2], "weight_grad": [0, 1, 2]}}
 
 
 def test_saturation_is_over_the_global_batch(tmp_path):
