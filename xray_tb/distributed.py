@@ -108,6 +108,34 @@ class Group:
         return gathered[:, 2:]
 
 
+def combine_activations(group: Group, step: int, families: list, values: list, checks: dict[str, list],
+                        nan: torch.Tensor) -> list[Optional[dict]]:
+    """A health step's activation statistics over every rank's batch, with one :meth:`Group.gather`.
+
+    ``families`` are the monitor's activation families: each one's :meth:`share` of ``values`` is packed,
+    with the non-finite ``checks`` (``{column: [flag or None per layer]}``, made global in place: a value
+    non-finite on any rank is non-finite); the columns of each family that shares are computed from
+    every rank's part, and None is returned for the others (computed per rank by the monitor).
+    """
+    device = nan.device
+    parts = [family.share(values) for family in families]
+    flags = [flag for column in checks.values() for flag in column]
+    encoded = torch.tensor([-1.0 if flag is None else float(flag) for flag in flags], dtype=torch.float64, device=device)
+    gathered = group.gather(step, torch.cat([*(part.to(device) for part in parts if part is not None), encoded]))
+    results, start = [], 0
+    for family, part in zip(families, parts):
+        if part is None:
+            results.append(None)
+            continue
+        results.append(family.compute_shared(gathered[:, start:start + part.numel()], nan))
+        start += part.numel()
+    combined = gathered[:, start:].amax(dim=0).float()
+    for column, column_flags in checks.items():
+        checks[column] = [None if flag < 0 else flag for flag in combined[:len(column_flags)]]
+        combined = combined[len(column_flags):]
+    return results
+
+
 def writing_rank(group: Optional[Group], ranks: str) -> tuple[bool, Optional[str]]:
     """Whether this process writes, and the sub-folder of its run (``rank<k>`` with ``ranks="all"``)."""
     if ranks not in RANKS:

@@ -79,6 +79,17 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
                         plan={"0": {"output": True, "grad": True, "weight_grad": True}})
             train(ddp, xray, x, y, 3)
             result["grad"] = ddp.module[0].weight.grad.sum().item()
+        elif case == "optimizer":  # steps counted by the optimizer: training health runs in its step pre-hook
+            ddp = DistributedDataParallel(mlp())
+            x, y = (part[rank::WORLD] for part in full_batch())
+            optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+            xray = Xray(ddp, x, logdir=logdir, every=2, optimizer=optimizer, health=HealthOptions(every=1))
+            for _ in range(4):
+                optimizer.zero_grad()
+                nn.MSELoss()(ddp(x), y).backward()
+                xray.take_graphs()
+                optimizer.step()
+            result["dead"] = xray.dead_units()
         elif case == "nonfinite":  # rank 1's second batch holds a NaN
             ddp = DistributedDataParallel(mlp())
             x, y = (part[rank::WORLD] for part in full_batch())

@@ -89,6 +89,15 @@ def test_a_probe_runs_on_the_writing_rank_without_touching_ddp(tmp_path):
     assert open_run(str(tmp_path)).records() == {"0": {"output": [0, 1, 2], "grad": [0, 1, 2], "weight_grad": [0, 1, 2]}}
 
 
+def test_steps_counted_by_the_optimizer(tmp_path):
+    rank0, rank1 = run_ranks("optimizer", tmp_path)
+    assert rank0["dead"] == rank1["dead"]
+    run = open_run(str(tmp_path))
+    assert {steps for kinds in run.records().values() for steps in map(tuple, kinds.values())} == {(0, 2)}
+    assert list(reading.series(str(tmp_path), "grad_l2")[1]) == [0, 1, 2, 3]
+    assert list(reading.series(str(tmp_path), "dead_fraction")[1]) == [0, 2]
+
+
 def test_saturation_is_over_the_global_batch(tmp_path):
     run_ranks("saturation", tmp_path)  # rank 0's half saturates the tanh, rank 1's does not
     layers, _, values, _ = reading.series(str(tmp_path), "saturation")

@@ -44,7 +44,7 @@ from xray_tb.health.stats.histograms import add_weight_histograms
 from xray_tb.capture.hooks import TapRecorder
 from xray_tb.capture.schedules import as_schedule
 from xray_tb.io.sink import EventSink
-from xray_tb.distributed import Group
+from xray_tb.distributed import Group, combine_activations
 
 
 class HealthMonitor:
@@ -188,7 +188,8 @@ class HealthMonitor:
             activations = {value.layer.name: value.activation for value in values}
             checks = self._checks.compute([_first(kept.get(tap)) for tap in scope.output_taps.values()],
                                           [activations.get(name) for name in scope.output_taps])
-            shared = self._combine(step, values, checks) if self._group is not None else [None] * len(self.activation_families)
+            shared = ([None] * len(self.activation_families) if self._group is None else
+                      combine_activations(self._group, step, self.activation_families, values, checks, self._nan))
             row: list = []
             vectors: dict = {}
             for family, result in zip(self.activation_families, shared):
@@ -203,29 +204,6 @@ class HealthMonitor:
         if vectors:
             self._vectors.append((int(step), time.time(), vectors))
         self._recorder.clear()
-
-    def _combine(self, step: int, values: list[ActivationValue], checks: dict[str, list]) -> list[Optional[dict]]:
-        """Under torch.distributed: every family's share of this health step and the non-finite flags,
-        combined over the ranks with one collective (see :mod:`xray_tb.distributed`). The columns of
-        each family that shares (None for the others, computed per rank), and ``checks`` made global."""
-        device = self._nan.device
-        parts = [family.share(values) for family in self.activation_families]
-        flags = [flag for column in self._checks.columns for flag in checks[column]]
-        encoded = torch.tensor([-1.0 if flag is None else float(flag) for flag in flags], dtype=torch.float64, device=device)
-        gathered = self._group.gather(step, torch.cat([*(part.to(device) for part in parts if part is not None), encoded]))
-        results, start = [], 0
-        for family, part in zip(self.activation_families, parts):
-            if part is None:
-                results.append(None)
-                continue
-            results.append(family.compute_shared(gathered[:, start:start + part.numel()], self._nan))
-            start += part.numel()
-        combined = gathered[:, start:].amax(dim=0).float()  # a value non-finite on any rank is non-finite
-        for column in self._checks.columns:
-            count = len(checks[column])
-            checks[column] = [None if flag < 0 else flag for flag in combined[:count]]
-            combined = combined[count:]
-        return results
 
     # Writing ------------------------------------------------------------------------------------
 
