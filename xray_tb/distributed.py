@@ -11,7 +11,7 @@ of a health step.
   them, therefore agrees across ranks too.
 * Activation statistics (dead units, saturation, channel variance) and the non-finite checks of outputs
   and activations combine every rank's batch with one ``all_gather`` per health step
-  (:meth:`Group.gather`): every rank packs its part into one flat float64 vector, and each rank
+  (:meth:`Group.gather`; two at the first health step, which agrees on the vector's size): every rank packs its part into one flat float64 vector, and each rank
   combines the gathered rows itself (a maximum for dead units, sums for saturation, Chan's formula for
   channel variances, a maximum of the non-finite flags), so maxima and sums need no second collective.
 * Health steps follow the activation schedule (``HealthOptions(activations=)``, else Xray's ``every=``),
@@ -68,6 +68,7 @@ class Group:
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()
         self.timeout = timeout
+        self._size = 0  # the length of the values every rank sends (see gather)
         backend = str(dist.get_backend()).lower()
         self.device = torch.device("cuda", torch.cuda.current_device()) if "nccl" in backend else torch.device("cpu")
 
@@ -81,13 +82,38 @@ class Group:
         return cls(timeout)
 
     def gather(self, step: int, parts: torch.Tensor) -> torch.Tensor:
-        """Every rank's ``parts`` (1-D), one row per rank, on ``parts``'s device: one ``all_gather``
-        that waits at most the timeout. Raises :class:`DistributedMismatch` when the ranks are at
-        different health steps, or when the others do not come."""
+        """Every rank's ``parts`` (1-D), one row per rank, on ``parts``'s device.
+
+        One ``all_gather`` of a vector of a size every rank agrees on: the step, this rank's length and
+        ``parts`` padded (or cut) to that size, so ranks with different lengths never send buffers of
+        different sizes (gloo aborts on those). When every rank's length outgrew the size (the first
+        health step, a statistic added), every rank sees it and gathers once more at the new size.
+        Raises :class:`DistributedMismatch` when the ranks are at different health steps or have
+        different lengths, or when the others do not come within the timeout."""
+        length = parts.numel()
+        head = torch.tensor([float(step), float(length)], dtype=torch.float64, device=parts.device)
+        while True:
+            size = self._size
+            payload = parts.to(torch.float64)[:size]
+            if length < size:
+                payload = torch.cat([payload, payload.new_zeros(size - length)])
+            gathered = self._all_gather(torch.cat([head, payload]), step).to(parts.device)
+            heads = gathered[:, :2].tolist()
+            if any(other != heads[self.rank] for other in heads):
+                where = ", ".join(f"rank {k} at step {int(s)} ({int(n)} values)" for k, (s, n) in enumerate(heads))
+                raise DistributedMismatch(
+                    f"the ranks are at different health steps, or measured different layers: {where}. Every rank must "
+                    "call take_graphs() (or step its optimizer) the same number of times, with the same step numbers, "
+                    "on the same model"
+                )
+            if length <= size:
+                return gathered[:, 2:2 + length]
+            self._size = length
+
+    def _all_gather(self, flat: torch.Tensor, step: int) -> torch.Tensor:
         import torch.distributed as dist
 
-        flat = torch.cat([torch.tensor([float(step), float(parts.numel())], dtype=torch.float64, device=parts.device),
-                          parts.to(torch.float64)]).to(self.device)
+        flat = flat.to(self.device)
         rows = [torch.empty_like(flat) for _ in range(self.size)]
         try:
             dist.all_gather(rows, flat, async_op=True).wait(timeout=self.timeout)
@@ -97,15 +123,7 @@ class Group:
                 f"{self.timeout.total_seconds():g} s for the other ranks ({error}). Every rank must call take_graphs() "
                 "(or step its optimizer) the same number of times, on models of the same layers"
             ) from error
-        gathered = torch.stack(rows).to(parts.device)
-        heads = gathered[:, :2].tolist()
-        if any(head != heads[self.rank] for head in heads):
-            where = ", ".join(f"rank {k} at step {int(s)} ({int(n)} values)" for k, (s, n) in enumerate(heads))
-            raise DistributedMismatch(
-                f"the ranks are at different health steps: {where}. Every rank must call take_graphs() (or step its "
-                "optimizer) the same number of times, with the same step numbers"
-            )
-        return gathered[:, 2:]
+        return torch.stack(rows)
 
 
 def combine_activations(group: Group, step: int, families: list, values: list, checks: dict[str, list],

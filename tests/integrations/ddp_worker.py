@@ -34,6 +34,17 @@ def mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
 
 
+class Branches(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b, self.skip = nn.Linear(4, 4), nn.Linear(4, 4), False
+
+    def forward(self, x):
+        x = torch.relu(self.a(x))
+        return x if self.skip else torch.relu(self.b(x))
+
+
 def gated() -> nn.Module:
     """Unit 0 fires on rank 0's input, unit 1 on rank 1's, unit 2 on neither."""
     model = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
@@ -90,6 +101,16 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
                 xray.take_graphs()
                 optimizer.step()
             result["dead"] = xray.dead_units()
+        elif case == "layers":  # after tracing, rank 1's forward skips a layer
+            model = Branches()
+            ddp = DistributedDataParallel(model, find_unused_parameters=True)
+            x, y = (part[rank::WORLD] for part in full_batch())
+            xray = Xray(ddp, x, logdir=logdir, every=1, collective_timeout=10)
+            model.skip = rank == 1
+            try:
+                train(ddp, xray, x, y[:, :1].expand(-1, 4), 2)
+            except DistributedMismatch as error:
+                result["error"] = str(error)
         elif case == "nonfinite":  # rank 1's second batch holds a NaN
             ddp = DistributedDataParallel(mlp())
             x, y = (part[rank::WORLD] for part in full_batch())

@@ -148,3 +148,11 @@ def test_ranks_at_different_steps_raise_on_every_rank(tmp_path):
     results = run_ranks("steps", tmp_path)
     for result in results:
         assert "different health steps" in result["error"] and "rank 1 at step 1" in result["error"]
+
+
+def test_ranks_that_measured_different_layers_raise_on_every_rank(tmp_path):
+    # Rank 1's forward skips a layer: its part of the health step is shorter. The ranks agree on the
+    # size they send, so neither aborts on a buffer of the wrong size: both raise.
+    results = run_ranks("layers", tmp_path)
+    for result in results:
+        assert "measured different layers" in result["error"] and "rank 1 at step 0" in result["error"]
