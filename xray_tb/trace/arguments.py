@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import operator
 import os
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -48,6 +48,34 @@ def logdir(value: Any) -> Optional[str]:
     if not isinstance(path, str) or not path:
         raise ValueError(f"logdir= must be a non-empty directory path, got {value!r}")
     return path
+
+
+def destination(logdir_value: Any, writer_value: Any) -> tuple[Optional[str], Any]:
+    """``(logdir, writer)``, exactly one of them given."""
+    where, writer_ = logdir(logdir_value), writer(writer_value)
+    if where is not None and writer_ is not None:
+        raise ValueError("give either logdir= or writer=, not both")
+    if where is None and writer_ is None:
+        raise ValueError("give logdir='runs/<name>' or writer=SummaryWriter(...) so Xray knows where to write")
+    return where, writer_
+
+
+def flag(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}= must be True or False, got {type(value).__name__} {value!r}")
+    return value
+
+
+def budget_bytes(value: Any) -> int:
+    if isinstance(value, bool) or not hasattr(value, "__index__") or operator.index(value) <= 0:
+        raise ValueError(f"budget_bytes must be a positive number of bytes (a whole number), got {value!r}")
+    return operator.index(value)
+
+
+def loss_fn(value: Any) -> Optional[Callable]:
+    if value is not None and not callable(value):
+        raise TypeError(f"loss_fn= is called as loss_fn(output, y) on the probe batch; got {type(value).__name__} {value!r}")
+    return value
 
 
 def writer(value: Any) -> Any:
