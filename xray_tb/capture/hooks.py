@@ -100,7 +100,10 @@ class TapRecorder:
     def __init__(self, model: nn.Module, modules: dict[str, nn.Module], taps: set[Tap], copy: set[Tap], grads: set[Tap]):
         self.latest: dict[Tap, TapValue] = {}
         self._model = model
-        targets = {name: (modules[name], {tap.call for tap in taps if tap.module == name}) for name in sorted({t.module for t in taps})}
+        calls: dict[str, set[int]] = {}
+        for tap in taps:  # one pass over the taps (a scan of them per module was quadratic)
+            calls.setdefault(tap.module, set()).add(tap.call)
+        targets = {name: (modules[name], calls[name]) for name in sorted(calls)}
         # Built once: arming for a due step only registers them.
         self._hooks = [(module, Hook(self._make_hook(name, wanted))) for name, (module, wanted) in targets.items()]
         self._start_hook = Hook(self._start_forward)

@@ -55,7 +55,7 @@ class HealthMonitor:
         self.layer_scalars = layer_scalars
         self._last_step = int(first_step)  # the step of the latest iteration
         self._prune_plan = model_scalars.PrunePlan()
-        self.scope = scope = Scope(model, graph, architecture)
+        self.scope = scope = Scope(model, graph)
         self._sink = sink
         self._capture_due = capture_due
         self._schedule = as_schedule(options.activations)

@@ -64,7 +64,7 @@ class ActivationLayer:
 class Scope:
     """The layers health covers: :attr:`weighted` and :attr:`activations`, each in dataflow order."""
 
-    def __init__(self, model: nn.Module, graph: Graph, architecture: dict):
+    def __init__(self, model: nn.Module, graph: Graph):
         self.modules = dict(model.named_modules())
         called = list(graph.layers)
         #: Every layer name, in dataflow order (first calls), then modules the forward never calls.
@@ -72,7 +72,7 @@ class Scope:
         self.weighted: list[WeightedLayer] = []
         self.refresh_weights()
         self.activations = [
-            self._activation_layer(name, source, graph, architecture)
+            self._activation_layer(name, source, graph)
             for name in called
             if (source := graph.activation_source(name)) is not None
         ]
@@ -88,7 +88,7 @@ class Scope:
             if (param := weight_parameter(self.modules[name])) is not None
         ]
 
-    def _activation_layer(self, name: str, source: ActivationSource, graph: Graph, architecture: dict) -> ActivationLayer:
+    def _activation_layer(self, name: str, source: ActivationSource, graph: Graph) -> ActivationLayer:
         module = self.modules[name]
         if source.op is not None:
             activation, params = source.op, traced_arguments(source.kwargs)
@@ -104,19 +104,17 @@ class Scope:
             activation=activation,
             params=params,
             last_dim_units=layer_type in _LAST_DIM_UNITS,
-            prunable=_why_not_prunable(name, layer_type, source, activation, graph, architecture),
+            prunable=_why_not_prunable(name, layer_type, source, activation, graph),
         )
 
 
-def _why_not_prunable(name: str, layer_type: str, source: ActivationSource, activation: str, graph: Graph, architecture: dict) -> Optional[str]:
+def _why_not_prunable(name: str, layer_type: str, source: ActivationSource, activation: str, graph: Graph) -> Optional[str]:
     if layer_type not in PRUNABLE_TYPES:
         return f"{layer_type} weights are not masked by unit"
     if activation not in _ZERO_CLAMPING:
         return f"its activation {activation} does not map every value <= 0 to 0, so masking would change outputs"
-    node = graph.layers[name]
-    following = [edge["dst"] for edge in architecture["edges"] if edge["src"] == node["id"]]
-    by_id = {n["id"]: n for n in architecture["nodes"]}
-    targets = [by_id[i] for i in following]
+    # The graph's index of successors: scanning every edge per layer was quadratic in the model's size.
+    targets = graph.successors(graph.layers[name]["id"])
     direct = len(targets) == 1 and (
         (source.op is None and targets[0].get("module") == source.tap.module)
         or (source.op is not None and targets[0].get("op") == source.op)

@@ -53,6 +53,10 @@ class Graph:
                 self.layers[node["module"]] = node
         self._activations = {layer: self._find_activation(node) for layer, node in self.layers.items()}
 
+    def successors(self, node_id: str) -> list[dict]:
+        """The nodes that consume ``node_id``'s outputs, one per edge, in trace order."""
+        return self._successors[node_id]
+
     def activation_source(self, layer: str) -> Optional[ActivationSource]:
         """The activation that directly follows ``layer`` (its first call) in the dataflow, if any.
 
