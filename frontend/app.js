@@ -54,7 +54,10 @@ export class XrayApp {
     this.findings = new FindingsList({
       errors: this.errors,
       onOpen: (finding) => this.openAt(finding.layer, finding.step),
-      onChange: () => this.timeline.setMarks(this.findings.marks()),
+      onChange: (found) => {
+        this.timeline.setMarks(this.findings.marks());
+        this.graph.health.setFindings(found.filter((f) => f.run === this.store.state.run)); // badges (graph_health.js)
+      },
     });
     this.statPicker = new StatPicker((stat) => { this.store.set({ stat }); this.render(); });
     this.followEnd = true;

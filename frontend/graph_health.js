@@ -8,7 +8,7 @@
 
 import { el, svg } from './dom.js';
 import { ancestors } from './graph_model.js';
-import { HEALTH_STATS, fetchFindings, fetchHealth } from './health_api.js';
+import { HEALTH_STATS, fetchHealth } from './health_api.js';
 import { drawLegend, healthScale } from './health_scale.js';
 import { indexAtOrBefore } from './steps.js';
 
@@ -86,12 +86,8 @@ export class GraphHealth {
     this.step = step;
     if (!run) return;
     try {
-      const findings = this.cached(`findings\u0000${run}`, () => fetchFindings(run).catch(() => []));
-      const matrix = stat ? this.cached(`health\u0000${run}\u0000${stat}`, () => fetchHealth(run, stat).then((m) => ({ m, series: indexMatrix(m), scale: healthScale(stat, [m]) }))) : null;
-      const [list, data] = await Promise.all([findings, matrix]);
+      const data = stat ? await this.cached(`health\u0000${run}\u0000${stat}`, () => fetchHealth(run, stat).then((m) => ({ m, series: indexMatrix(m), scale: healthScale(stat, [m]) }))) : null;
       if (seq !== this.seq) return;
-      this.findings = new Map();
-      for (const f of list) this.findings.set(f.layer, [...(this.findings.get(f.layer) || []), f]);
       this.run = run;
       this.stat = stat;
       this.series = data ? data.series : null;
@@ -108,6 +104,17 @@ export class GraphHealth {
       this.element.hidden = false;
       this.element.textContent = `No ${stat} colours: ${error instanceof Error ? error.message : error}`;
     }
+    this.paint();
+  }
+
+  /**
+   * The findings whose layers get a badge: the main run's, as the findings list read them (no second
+   * request); the badges are redrawn at once.
+   * @param {{layer: string, rule: string, message: string}[]} findings
+   */
+  setFindings(findings) {
+    this.findings = new Map();
+    for (const f of findings) this.findings.set(f.layer, [...(this.findings.get(f.layer) || []), f]);
     this.paint();
   }
 

@@ -55,18 +55,17 @@ export async function fetchHealth(run, stat, columns) {
   if (columns) params.columns = Math.max(1, Math.floor(columns));
   const body = await getJson('health', params);
   const values = new Float32Array(decodeBase64(body.values));
-  const cells = values.length;
-  const present = body.present ? new Uint8Array(decodeBase64(body.present)) : Uint8Array.from(values, (v) => (Number.isNaN(v) ? 0 : 1));
+  const present = new Uint8Array(decodeBase64(body.present));
   return {
     run: body.run,
     stat: body.stat,
     layers: body.layers || [],
     steps: body.steps || [],
-    lastSteps: body.last_steps || body.steps || [],
+    lastSteps: body.last_steps,
     binned: Boolean(body.binned),
-    totalSteps: body.total_steps ?? (body.steps || []).length,
+    totalSteps: body.total_steps,
     values,
-    present: present.length === cells ? present : new Uint8Array(cells),
+    present,
     stats: body.stats || [],
   };
 }
