@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 from typing import Optional
 
-import numpy as np
 import torch
 
 from tb_plugin import metadata
@@ -18,19 +17,23 @@ from xray_tb.trace.summary_table import summary_table
 
 
 class ReadBack:
-    """What the recording captured: the steps per layer and kind, the last capture's frames in memory,
-    and the run's files, read incrementally."""
+    """What the recording captured: the steps per layer and kind, and the run's files, read
+    incrementally when something is asked for.
+
+    No frame is kept in memory between captures (they can weigh the whole 16 MiB capture budget,
+    several percent of a model's size): the last capture's frames are read back from the files,
+    after Xray's own writes are flushed."""
 
     def __init__(self, recording: Recording):
         self.recording = recording
         self.last_step: Optional[int] = None  #: the step of the last capture written whole
         self._records: dict[str, dict[str, list[int]]] = {}
-        self._last_frames: dict[tuple[str, str], tuple[metadata.FrameHeader, np.ndarray]] = {}
+        self._last_keys: list[tuple[str, str]] = []  # (layer, kind) of the last capture's frames
         self._run: Optional[RecordedRun] = None
 
     def remember(self, step: int, frames: dict) -> None:
         """Note a capture's frames ``{(layer, kind): (header, values)}`` at ``step``."""
-        self._last_frames = frames
+        self._last_keys = list(frames)
         for name, kind in frames:
             self._records.setdefault(name, {}).setdefault(kind, []).append(step)
 
@@ -39,12 +42,7 @@ class ReadBack:
         return copy.deepcopy(self._records)
 
     def load(self, layer: str, kind: str, step: int) -> tuple[torch.Tensor, metadata.FrameHeader]:
-        """A recorded frame (the kept values) and its header: from memory when it is from the last
-        capture, else from the run's event files."""
-        in_memory = self._last_frames.get((layer, kind))
-        if in_memory is not None and in_memory[0].step == int(step):
-            header, values = in_memory
-            return torch.from_numpy(values.astype(np.float32)), header
+        """A recorded frame (the kept values) and its header, read from the run's event files."""
         return self.written_run().load(layer, kind, step)
 
     def written_run(self) -> RecordedRun:
@@ -61,9 +59,14 @@ class ReadBack:
 
         Inline in Jupyter; with ``save=path``, written to a PNG. Returns the figure.
         """
-        if not self._last_frames:
+        if not self._last_keys or self.last_step is None:
             raise RuntimeError("nothing captured yet: call take_graphs() after loss.backward() first")
-        return views.show_frames(list(self._last_frames.values()), save=save, title=f"step {self.last_step}")
+        run = self.written_run()
+        frames = []
+        for layer, kind in self._last_keys:
+            values, header = run.load(layer, kind, self.last_step)
+            frames.append((header, values.numpy()))
+        return views.show_frames(frames, save=save, title=f"step {self.last_step}")
 
     def save_gif(self, layer: str, kind: str, path: str, *, fps: float = 2) -> str:
         """Animate a layer's frames of one kind over the captured steps into a GIF at ``path``."""

@@ -1,9 +1,12 @@
 """``update_ratio`` = ‖Δw‖ / ‖w‖: the size of one optimizer update relative to the weight.
 
 Measured between consecutive training iterations, on one measured iteration in ``every``: the weights
-are copied at iteration i (into buffers allocated once and reused), and iteration i + 1 is then measured
-too (whatever the pace of the other statistics), filing ‖w(i+1) − w(i)‖ / ‖w(i)‖ under its step. Other
-steps have no value.
+are copied at iteration i, and iteration i + 1 is then measured too (whatever the pace of the other
+statistics), filing ‖w(i+1) − w(i)‖ / ‖w(i)‖ under its step. Other steps have no value.
+
+The copy lives for that one iteration only: it is dropped once the ratio is taken, so between two
+measurements Xray holds no copy of the weights (a copy kept for reuse would hold the model's size in
+memory for the whole run: 500 MB on a GPT-2 small).
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ class UpdateRatio(IterationStatistic):
         super().__init__(layers)
         self._every = every
         self._previous: Optional[tuple[list[torch.Tensor], list[torch.Tensor]]] = None
-        self._buffers: Optional[list[torch.Tensor]] = None
 
     def compute(self, view: IterationView) -> dict[str, list[torch.Tensor]]:
         ratios: list = [None] * len(view.weights)
@@ -35,18 +37,10 @@ class UpdateRatio(IterationStatistic):
             self._previous = None
         if view.index % self._every == 0:
             with torch.no_grad():
-                copies = self._copies(view.weights)
+                copies = [torch.empty_like(w) for w in view.weights]
+                torch._foreach_copy_(copies, [w.detach() for w in view.weights])
             self._previous = (copies, reductions.norms(copies, 2))
         return {"update_ratio": ratios}
-
-    def _copies(self, weights: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The weights copied into buffers kept from one copy to the next (allocated once)."""
-        kept = self._buffers
-        if kept is None or len(kept) != len(weights) or any(k.shape != w.shape or k.dtype != w.dtype or k.device != w.device
-                                                            for k, w in zip(kept, weights)):
-            kept = self._buffers = [torch.empty_like(w) for w in weights]
-        torch._foreach_copy_(kept, [w.detach() for w in weights])
-        return kept
 
     @property
     def pending(self) -> bool:
