@@ -1,4 +1,6 @@
-"""A step written twice is served as its last write, by real TensorBoard on both loaders.
+"""A step written twice is served as its last write, by real TensorBoard on both loaders, and read
+back as its last write by the recorder's own reader (:func:`xray_tb.open_run`): one rule on both
+read paths (see docs/design.md, "Two read paths, one rule").
 
 The run folders are written by the real recorder: a step repeated within one event file, and a
 second Xray resuming into the folder of a first one (a second event file, the same steps, other
@@ -16,7 +18,7 @@ import torch
 from torch import nn
 
 from tests.plugin import http_client
-from xray_tb import Xray
+from xray_tb import Xray, open_run
 
 
 def weight_value(session: int, step: int, rewrite: bool = False) -> float:
@@ -91,3 +93,25 @@ def test_a_run_resumed_from_an_earlier_step(server):
     assert served_steps(url, "partly") == kept
     expected = {0: 100, 1: 101, 2: 202, 3: 203, 4: 104, 5: 105}
     assert [served_weight(url, "partly", step) for step in kept] == [expected[step] for step in kept]
+
+
+#: What each run holds under the rule, ``{step: weight value}``: the last write of each step wins.
+LAST_WRITES = {
+    "repeated": {0: 100, 1: 101, 2: 102.5, 3: 103, 4: 104},
+    "resumed": {0: 200, 1: 201, 2: 202, 3: 203, 4: 204},
+    "partly": {0: 100, 1: 101, 2: 202, 3: 203, 4: 104, 5: 105},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", sorted(LAST_WRITES))
+def test_the_recorders_read_back_follows_the_same_rule(logdir, run):
+    """The same runs read back without TensorBoard give the values the Python loader serves (the fast
+    loader serves the same values, less the steps its data server forgets after a rewritten one)."""
+    recorded = open_run(logdir / run)
+    expected = LAST_WRITES[run]
+    assert recorded.records()["0"]["weight"] == sorted(expected)
+    for step, value in expected.items():
+        values, header = recorded.load("0", "weight", step)
+        assert header.step == step and torch.all(values == value), (step, values)
+    assert recorded.plan["0"]["bias"] is (run == "resumed")  # the plan written last
