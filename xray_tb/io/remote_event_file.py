@@ -1,5 +1,8 @@
 """Xray's event file in an object store (``s3://bucket/prefix/run``), uploaded off the training thread.
 
+(A little over our ~300-line rule: the segment queue, its spool and the uploader thread share one
+lock and one ordering invariant, and are easier to check in one place.)
+
 An object store cannot append: TensorBoard's own S3 writer keeps the whole file in a temporary file
 and uploads all of it again at every flush, so a long run uploads quadratically many bytes. Xray
 instead keeps the records added since the last flush in memory and, at each
