@@ -8,13 +8,13 @@
   ``Replicate`` on the others (HSDP); a replicated row is taken from the rank at coordinate 0 of those
   dimensions. Other layouts (sharded along another axis, strided, partial) are refused with
   :class:`UnsupportedLayout`, so no rank guesses.
-* :func:`resharded_after` puts FSDP modules back into their sharded state after Xray's own forward
-  (tracing), which leaves the root module's parameters unsharded.
+* :func:`reshard` puts FSDP modules back into their sharded state after Xray's own forward (tracing),
+  which leaves the root module's parameters unsharded; it runs inside the tracer's restoring
+  context, so that the restored parameters and FSDP's own state agree.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import Iterator, Optional
 
@@ -106,18 +106,16 @@ def _coordinates(shape) -> Iterator[list[int]]:
             yield [first, *rest]
 
 
-@contextlib.contextmanager
-def resharded_after(model: nn.Module) -> Iterator[None]:
-    """Run a forward of Xray's own, then reshard the FSDP modules whose parameters were sharded before."""
+def sharded_fsdp_modules(model: nn.Module) -> list[nn.Module]:
+    """The ``fully_shard`` modules of ``model`` with sharded parameters now (theirs or their children's)."""
     try:
         from torch.distributed.fsdp import FSDPModule
     except ImportError:  # pragma: no cover - torch built without distributed
-        yield
-        return
-    sharded = [module for module in model.modules() if isinstance(module, FSDPModule)
-               and any_sharded(module.parameters(recurse=False))]
-    try:
-        yield
-    finally:
-        for module in sharded:
-            module.reshard()
+        return []
+    return [module for module in model.modules() if isinstance(module, FSDPModule) and any_sharded(module.parameters())]
+
+
+def reshard(modules: list[nn.Module]) -> None:
+    """Put FSDP modules back into their sharded state (FSDP keeps the root unsharded after a forward)."""
+    for module in modules:
+        module.reshard()

@@ -191,8 +191,8 @@ def trace_model(model: nn.Module, args: tuple, kwargs: dict) -> dict:
     from xray_tb.trace.tracer import trace
 
     try:
-        with sharding.resharded_after(model):  # FSDP leaves the root's parameters unsharded after a forward
-            return trace(model, args, kwargs)
+        sharded = sharding.sharded_fsdp_modules(model)  # FSDP leaves the root's parameters unsharded after a forward
+        return trace(model, args, kwargs, after_forward=lambda: sharding.reshard(sharded))
     except Exception as error:
         raise ValueError(
             f"tracing the model failed with the example input of shape {describe_inputs(args, kwargs)}: "
