@@ -1,4 +1,4 @@
-"""Xray under ``torch.distributed`` (DistributedDataParallel): which rank writes, and the one collective
+"""Xray under ``torch.distributed`` (DistributedDataParallel, FSDP): which rank writes, and the one collective
 of a health step.
 
 * ``Xray(ddp_model, ...)`` looks into ``ddp_model.module`` (:func:`unwrap`): layer names are the inner
@@ -18,9 +18,11 @@ of a health step.
   a function of the step: every rank reaches the same health steps when every rank calls
   ``take_graphs()`` (or steps its optimizer) the same number of times. The gathered vector starts with the
   step; ranks that disagree raise :class:`DistributedMismatch` on every rank, and a rank left waiting
-  alone (another one stopped calling) raises it after ``collective_timeout`` seconds. Nothing else Xray
-  does issues a collective: not the pacing of the per-iteration statistics (decided per rank, from
-  its own timing, and harmless since they need no collective), not a flush, not ``close()``.
+  alone (another one stopped calling) raises it after ``collective_timeout`` seconds. Under DDP nothing
+  else Xray does issues a collective: not the pacing of the per-iteration statistics (decided per rank,
+  from its own timing, and harmless since they need no collective), not a flush, not ``close()``.
+* Under FSDP (sharded parameters, :mod:`xray_tb.sharding`) captures and measured iterations gather too,
+  each kind of gather agreeing on its own size (:mod:`xray_tb.capture.sharded`, :mod:`xray_tb.health.shards`).
 """
 
 from __future__ import annotations

@@ -56,7 +56,8 @@ class Xray:
 
     Args:
         model: the ``nn.Module`` to look into. Xray never changes it. A ``DistributedDataParallel`` is
-            looked into through its ``module`` (layer names are the inner model's); see ``ranks``.
+            looked into through its ``module`` (layer names are the inner model's); a ``fully_shard`` (FSDP)
+            model gathers its selected rows (see docs/integrations.md); see ``ranks``.
         example_input: a tensor, a tuple of positional inputs, or a dict of keyword inputs, used
             once to trace the architecture.
         input_size: instead of ``example_input``, the shape of one sample without the batch
