@@ -1,4 +1,4 @@
-"""Xray under ``torch.distributed`` (DistributedDataParallel): which rank writes, and the one collective
+"""Xray under ``torch.distributed`` (DistributedDataParallel, FSDP): which rank writes, and the one collective
 of a health step.
 
 * ``Xray(ddp_model, ...)`` looks into ``ddp_model.module`` (:func:`unwrap`): layer names are the inner
@@ -18,9 +18,11 @@ of a health step.
   a function of the step: every rank reaches the same health steps when every rank calls
   ``take_graphs()`` (or steps its optimizer) the same number of times. The gathered vector starts with the
   step; ranks that disagree raise :class:`DistributedMismatch` on every rank, and a rank left waiting
-  alone (another one stopped calling) raises it after ``collective_timeout`` seconds. Nothing else Xray
-  does issues a collective: not the pacing of the per-iteration statistics (decided per rank, from
-  its own timing, and harmless since they need no collective), not a flush, not ``close()``.
+  alone (another one stopped calling) raises it after ``collective_timeout`` seconds. Under DDP nothing
+  else Xray does issues a collective: not the pacing of the per-iteration statistics (decided per rank,
+  from its own timing, and harmless since they need no collective), not a flush, not ``close()``.
+* Under FSDP (sharded parameters, :mod:`xray_tb.sharding`) captures and measured iterations gather too,
+  each kind of gather agreeing on its own size (:mod:`xray_tb.capture.sharded`, :mod:`xray_tb.health.shards`).
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ class Group:
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()
         self.timeout = timeout
-        self._size = 0  # the length of the values every rank sends (see gather)
+        self._sizes: dict[str, int] = {}  # the length of the values every rank sends, per kind of gather
         backend = str(dist.get_backend()).lower()
         self.device = torch.device("cuda", torch.cuda.current_device()) if "nccl" in backend else torch.device("cpu")
 
@@ -81,36 +83,37 @@ class Group:
             return None
         return cls(timeout)
 
-    def gather(self, step: int, parts: torch.Tensor) -> torch.Tensor:
+    def gather(self, step: int, parts: torch.Tensor, what: str = "health") -> torch.Tensor:
         """Every rank's ``parts`` (1-D), one row per rank, on ``parts``'s device.
 
         One ``all_gather`` of a vector of a size every rank agrees on: the step, this rank's length and
         ``parts`` padded (or cut) to that size, so ranks with different lengths never send buffers of
         different sizes (gloo aborts on those). When every rank's length outgrew the size (the first
         health step, a statistic added), every rank sees it and gathers once more at the new size.
-        Raises :class:`DistributedMismatch` when the ranks are at different health steps or have
+        Each kind of gather (``what``: health, iteration, capture) agrees on its own size.
+        Raises :class:`DistributedMismatch` when the ranks are at different steps or have
         different lengths, or when the others do not come within the timeout."""
         length = parts.numel()
         head = torch.tensor([float(step), float(length)], dtype=torch.float64, device=parts.device)
         while True:
-            size = self._size
+            size = self._sizes.get(what, 0)
             payload = parts.to(torch.float64)[:size]
             if length < size:
                 payload = torch.cat([payload, payload.new_zeros(size - length)])
-            gathered = self._all_gather(torch.cat([head, payload]), step).to(parts.device)
+            gathered = self._all_gather(torch.cat([head, payload]), step, what).to(parts.device)
             heads = gathered[:, :2].tolist()
             if any(other != heads[self.rank] for other in heads):
                 where = ", ".join(f"rank {k} at step {int(s)} ({int(n)} values)" for k, (s, n) in enumerate(heads))
                 raise DistributedMismatch(
-                    f"the ranks are at different health steps, or measured different layers: {where}. Every rank must "
+                    f"the ranks are at different {what} steps, or measured different layers: {where}. Every rank must "
                     "call take_graphs() (or step its optimizer) the same number of times, with the same step numbers, "
                     "on the same model"
                 )
             if length <= size:
                 return gathered[:, 2:2 + length]
-            self._size = length
+            self._sizes[what] = length
 
-    def _all_gather(self, flat: torch.Tensor, step: int) -> torch.Tensor:
+    def _all_gather(self, flat: torch.Tensor, step: int, what: str) -> torch.Tensor:
         import torch.distributed as dist
 
         flat = flat.to(self.device)
@@ -119,7 +122,7 @@ class Group:
             dist.all_gather(rows, flat, async_op=True).wait(timeout=self.timeout)
         except RuntimeError as error:
             raise DistributedMismatch(
-                f"rank {self.rank}: Xray's health collective at step {step} failed or waited more than "
+                f"rank {self.rank}: Xray's {what} collective at step {step} failed or waited more than "
                 f"{self.timeout.total_seconds():g} s for the other ranks ({error}). Every rank must call take_graphs() "
                 "(or step its optimizer) the same number of times, on models of the same layers"
             ) from error

@@ -56,7 +56,8 @@ class Xray:
 
     Args:
         model: the ``nn.Module`` to look into. Xray never changes it. A ``DistributedDataParallel`` is
-            looked into through its ``module`` (layer names are the inner model's); see ``ranks``.
+            looked into through its ``module`` (layer names are the inner model's); a ``fully_shard`` (FSDP)
+            model gathers its selected rows (see docs/integrations.md); see ``ranks``.
         example_input: a tensor, a tuple of positional inputs, or a dict of keyword inputs, used
             once to trace the architecture.
         input_size: instead of ``example_input``, the shape of one sample without the batch
@@ -131,14 +132,14 @@ class Xray:
         if optimizer is not None and self._schedule is None:
             raise ValueError("optimizer= counts steps for a schedule; give every= too")
         arguments.loss_fn(loss_fn)
-        probe = arguments.probe_batch(probe)
+        probe = arguments.probe_batch(probe, model)
         args, kwargs = arguments.example_inputs(model, example_input, input_size)
         self.architecture: dict = arguments.trace_model(model, args, kwargs)
         self.run_id = uuid.uuid4().hex
         # Built on a recording with no sink yet, so that a bad plan is refused before anything is opened.
         recording = Recording(model, self.architecture, None, self.run_id)
         self._capture = Capturer(recording, selector=selector if selector is not None else RandomFilters(), storage_dtype=storage_dtype,
-                                 budget_bytes=budget_bytes, layer_scalars=layer_scalars, probe=probe, loss_fn=loss_fn)
+                                 budget_bytes=budget_bytes, layer_scalars=layer_scalars, probe=probe, loss_fn=loss_fn, group=group)
         first_plan = self._capture.prepare(self.draft_plan() if plan is None else plan)
         if self._writes:
             warn_about_earlier_captures(logdir if writer is None else writer.log_dir)
@@ -258,7 +259,8 @@ class Xray:
                 self._arm_for(step + 1)
             return None
         try:
-            if not self._writes:  # another rank writes the frames
+            if not self._writes:  # another rank writes the frames; this one gives its rows of sharded parameters
+                capturer.gather_shards(step)
                 return step
             if capturer.probe is not None if probe is None else probe:
                 if capturer.probe is None:

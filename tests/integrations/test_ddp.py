@@ -4,12 +4,7 @@ the test instead of hanging it."""
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +12,8 @@ import pytest
 import torch
 from torch import nn
 
+from tests.helpers import ranks
+from tests.helpers.ranks import event_files
 from tests.integrations import ddp_worker
 from xray_tb import Xray, open_run
 from xray_tb.health import HealthOptions
@@ -24,37 +21,9 @@ from xray_tb.health import reading
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 def run_ranks(case: str, logdir: Path, timeout: float = 60, failing: tuple[int, ...] = ()) -> list[dict]:
-    """Run both ranks of ``case``; each rank's result. Both must exit within ``timeout`` (a hang fails
-    the test), with status 0 unless listed in ``failing``; a failing rank's output is its result."""
-    logdir.mkdir(parents=True, exist_ok=True)
-    port = str(free_port())
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    ranks = [subprocess.Popen([sys.executable, "-m", "tests.integrations.ddp_worker", case, str(rank), port, str(logdir)],
-                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in range(2)]
-    try:
-        outputs = [rank.communicate(timeout=timeout)[0] for rank in ranks]
-    finally:
-        for rank in ranks:
-            if rank.poll() is None:
-                rank.kill()
-    for index, (rank, output) in enumerate(zip(ranks, outputs)):
-        assert rank.returncode == 0 or index in failing, output
-    return [{"output": output} if rank.returncode else json.loads((logdir / f"result{index}.json").read_text())
-            for index, (rank, output) in enumerate(zip(ranks, outputs))]
-
-
-def event_files(folder: Path) -> list[Path]:
-    return sorted(folder.glob("events.out.tfevents.*"))
+    return ranks.run_ranks("tests.integrations.ddp_worker", case, logdir, timeout, failing)
 
 
 def test_rank_zero_writes_the_run_and_rank_one_writes_nothing(tmp_path):

@@ -7,7 +7,7 @@ writes first and only then commits, so a failure part-way leaves no half-recorde
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 import torch
@@ -19,6 +19,7 @@ from tb_plugin.metadata import BATCH_KINDS, FrameHeader
 from xray_tb.trace.activations import recompute
 from xray_tb.trace.graph import ActivationSource, Tap
 from xray_tb.capture.hooks import TapValue
+from xray_tb.capture.sharded import Gathered
 from xray_tb.capture.selectors import SelectionInfo, Selector, check_selection
 from xray_tb.capture.frame_statistics import as_float_array, frame_statistics
 
@@ -74,6 +75,8 @@ class CaptureContext:
     budget_bytes: int
     run_id: str
     layer_scalars: bool = False  # also write the statistics as xray_stats/<layer>/<kind>/<stat> scalars
+    #: The selected rows of sharded parameters (FSDP), gathered from every rank, or why they are missing.
+    gathered: dict = dataclasses.field(default_factory=dict)
 
 
 def capture(context: CaptureContext, step: int, wall_time: float) -> Capture:
@@ -142,7 +145,7 @@ def _kind_frames(
         header, values = make_frame(
             tensor, info=info, selector=selector, step=step, run_id=context.run_id, wall_time=wall_time, path=path, selector_name=selector_name
         )
-        frames.append((header, values.astype(context.storage_dtype, copy=False), tensor))
+        frames.append((header, values.astype(context.storage_dtype, copy=False), tensor.rows if isinstance(tensor, Gathered) else tensor))
     return frames
 
 
@@ -157,6 +160,9 @@ def _planned_tensors(
         tensor = tensor.grad if is_grad else tensor
         if tensor is None:
             return [], "parameter_grad"
+        if (layer, kind) in context.gathered:  # sharded: only the selected rows, gathered from every rank
+            gathered = context.gathered[(layer, kind)]
+            return ([], gathered) if isinstance(gathered, str) else ([("", gathered)], None)
         return [("", tensor.to_dense() if tensor.is_sparse else tensor)], None
     source = context.activations[layer] if kind == "activation" else None
     tap = source.tap if source else Tap(layer)
@@ -179,7 +185,7 @@ def _planned_tensors(
 
 
 def make_frame(
-    tensor: torch.Tensor,
+    tensor: Union[torch.Tensor, Gathered],
     *,
     info: SelectionInfo,
     selector: Selector,
@@ -193,26 +199,32 @@ def make_frame(
 
     Batch kinds (output, activation, grad) of rank 3 and more keep sample 0 of the batch (dim 0);
     the selector then chooses entries along the first remaining axis. Non-finite values are kept.
+    A :class:`Gathered` sharded tensor holds its selected rows already.
     """
-    full = tensor.detach()
-    batch_index = 0 if info.kind in BATCH_KINDS and full.dim() >= 3 and full.shape[0] > 0 else None
-    view = full[0] if batch_index is not None else full
-    indices = list(check_selection(selector.select(view, info), selector, view.shape[0] if view.dim() else 0))
+    if isinstance(tensor, Gathered):
+        shape, dtype, batch_index, indices = tensor.shape, tensor.rows.dtype, None, list(tensor.indices)
+        view, kept = tensor.rows, list(range(len(indices)))
+    else:
+        full = tensor.detach()
+        shape, dtype = full.shape, full.dtype
+        batch_index = 0 if info.kind in BATCH_KINDS and full.dim() >= 3 and full.shape[0] > 0 else None
+        view = full[0] if batch_index is not None else full
+        indices = kept = list(check_selection(selector.select(view, info), selector, view.shape[0] if view.dim() else 0))
     header = FrameHeader(
         run_id=run_id,
         layer=info.layer,
         kind=info.kind,
         step=int(step),
         wall_time=wall_time,
-        original_shape=list(full.shape),
-        dtype=str(full.dtype).replace("torch.", ""),
+        original_shape=list(shape),
+        dtype=str(dtype).replace("torch.", ""),
         dim=0 if batch_index is None else 1,
         indices=indices,
         batch_index=batch_index,
         selector=repr(selector) if selector_name is None else selector_name,
         path=path,
     )
-    return header, _kept_values(view, indices)
+    return header, _kept_values(view, kept)
 
 
 def _kept_values(view: torch.Tensor, indices: list[int]) -> np.ndarray:

@@ -14,6 +14,8 @@ from xray_tb.capture.capture import MISSING_REASONS, CaptureContext, CaptureRepo
 from xray_tb.capture.hooks import TapRecorder
 from xray_tb.capture.probe import run_probe
 from xray_tb.capture.selectors import Selector
+from xray_tb.capture.sharded import gather_selected
+from xray_tb.distributed import Group
 from xray_tb.recording import Recording
 from xray_tb.trace import graph
 
@@ -22,8 +24,9 @@ class Capturer:
     """The plan, its taps and how frames are kept, over one :class:`~xray_tb.recording.Recording`."""
 
     def __init__(self, recording: Recording, *, selector: Selector, storage_dtype: type, budget_bytes: int,
-                 layer_scalars: bool, probe: Optional[tuple[tuple, Any]], loss_fn: Optional[Callable]):
+                 layer_scalars: bool, probe: Optional[tuple[tuple, Any]], loss_fn: Optional[Callable], group: Optional[Group] = None):
         self.recording = recording
+        self.group = group  # under torch.distributed: sharded parameters are gathered from every rank
         self.selector = selector
         self.storage_dtype = storage_dtype
         self.budget_bytes = budget_bytes
@@ -83,9 +86,15 @@ class Capturer:
         want_grads = any(kinds["grad"] for kinds in self.plan.values())
         run_probe(self.recording.model, self.recording.recorder, inputs, target, self.loss_fn, want_grads)
 
+    def gather_shards(self, step: int) -> dict:
+        """The selected rows of the plan's sharded parameters (FSDP); every rank calls it at every capture,
+        the ranks that write no frames too (see :mod:`xray_tb.capture.sharded`)."""
+        return gather_selected(self.group, step, self.plan, self.modules, self.selector)
+
     def record(self, step: int) -> tuple[CaptureReport, dict]:
         """Write one capture as a single event; its report and ``{(layer, kind): (header, values)}``."""
         recorder = self.recording.recorder
+        gathered = self.gather_shards(step)
         context = CaptureContext(
             plan=self.plan,
             modules=self.modules,
@@ -97,6 +106,7 @@ class Capturer:
             budget_bytes=self.budget_bytes,
             run_id=self.recording.run_id,
             layer_scalars=self.layer_scalars,
+            gathered=gathered,
         )
         result = capture(context, step, time.time())
         if result.event.summary.value:

@@ -36,6 +36,7 @@ from xray_tb.health.pacing import Pacer
 from xray_tb.health.rules import RuleInput, make_rules
 from xray_tb.health.scope import Scope
 from xray_tb.health.sentinel import NonFiniteSentinel
+from xray_tb.health.shards import ShardedHealth
 from xray_tb.health.stats import (
     ActivationStatistic, ActivationValue, ChannelVariance, DeadUnits, ForwardChecks, GradientStatistics,
     IterationStatistic, IterationView, Saturation, Statistic, UpdateRatio, WeightNorm,
@@ -45,6 +46,7 @@ from xray_tb.capture.hooks import TapRecorder
 from xray_tb.capture.schedules import as_schedule
 from xray_tb.io.sink import EventSink
 from xray_tb.distributed import Group, combine_activations
+from xray_tb.sharding import is_sharded
 
 
 class HealthMonitor:
@@ -75,6 +77,7 @@ class HealthMonitor:
             self.dead, Saturation(activated, options.saturation_margin), ChannelVariance(activated, options.channel_dim)]
         self._checks = ForwardChecks(list(scope.output_taps))
         self._sentinel = NonFiniteSentinel(weighted)
+        self._shards = ShardedHealth.of(group, [layer.param for layer in scope.weighted], self._sentinel)  # FSDP
         self.rules = make_rules(options.rules, options.dead_window)
         self._book = FindingBook()
         self.first_nonfinite: Optional[NonFinite] = None
@@ -101,6 +104,8 @@ class HealthMonitor:
         self._recorder.claim()  # the thread that trains is the one whose forwards are kept
         weights = self._weights
         grads = [weight.grad for weight in weights]
+        if self._shards is not None:  # each rank reduces its own shards; a measured row is combined
+            weights, grads = self._shards.local(weights), self._shards.local(grads)
         if not self._sentinel.done:
             self._sentinel.check(step, weights, grads)
         measure = index >= self._pacer.next or self.update_ratio.pending
@@ -121,7 +126,7 @@ class HealthMonitor:
         ago: frequent captures write in fewer, larger blocks)."""
         last = self._histogram_step
         if self.options.histograms and (last is None or step < last or step - last >= self.options.histograms_every):
-            weights = {layer.name: layer.param for layer in self.scope.weighted if layer.name in planned}
+            weights = {layer.name: layer.param for layer in self.scope.weighted if layer.name in planned and not is_sharded(layer.param)}
             if weights:
                 event = event_pb2.Event(step=int(step), wall_time=time.time())
                 add_weight_histograms(event.summary, weights)
@@ -170,6 +175,8 @@ class HealthMonitor:
                 result = family.compute(view)
                 for column in family.columns:
                     row.extend(result[column])
+            if self._shards is not None:
+                row = self._shards.combine(step, self.iteration_families, row, self._pacer)
             self._iteration_rows.add(step, row, self._nan)
         self._measured += 1
 

@@ -16,7 +16,9 @@ Cheap by construction, and without a host sync per iteration on a GPU:
   row never looked up, is seen at the next measured iteration). This halves the check's cost on
   wide CPU models (0.2 ms instead of 0.4 ms an iteration on a 1.8 M-weight MLP).
 
-After the first non-finite iteration the sentinel stops: only the first one is reported.
+After the first non-finite iteration the sentinel stops: only the first one is reported. Under FSDP each
+rank checks its own shards, and with :attr:`NonFiniteSentinel.shared` only what the ranks agreed on
+(:meth:`~NonFiniteSentinel.agree`, see :mod:`xray_tb.health.shards`) is reported.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class NonFiniteSentinel:
         self._device_state: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None  # seen, step, flags
         self._slots: Optional[tuple[list[int], int]] = None  # positions of the checked tensors, count of all
         self._on_cpu: Optional[bool] = None  # decided at the first check (the weights' device)
+        self.shared = False  # sharded weights: report what the ranks agreed on, not this rank's own find
+        self._agreed: Optional[tuple[int, list[bool]]] = None
 
     def check(self, step: int, weights: list[torch.Tensor], grads: list[Optional[torch.Tensor]]) -> None:
         """Check one iteration's weights and gradients (None for a missing gradient)."""
@@ -98,12 +102,22 @@ class NonFiniteSentinel:
             self.done = True
         self._device_state = None
 
+    def local_find(self) -> Optional[tuple[int, list[bool]]]:
+        """This rank's first non-finite iteration, ``(step, flags)`` (weights then gradients), or None."""
+        self._read_device()
+        return self._found
+
+    def agree(self, step: int, flags: list[bool]) -> None:
+        """The first non-finite iteration over every rank's shards; the first agreement stands."""
+        if self._agreed is None:
+            self._agreed = (int(step), list(flags))
+
     def take(self, rows: FlagRows) -> None:
         """Add the first non-finite iteration found so far (if any) to ``rows`` (one sync on a GPU)."""
-        self._read_device()
-        if self._found is None:
+        found = self._agreed if self.shared else self.local_find()
+        if found is None:
             return
-        step, flags = self._found
+        step, flags = found
         count = len(self.layers)
         for kind, offset in (("weight", 0), ("weight_grad", count)):
             layers = [self.layers[i] for i in range(count) if flags[offset + i]]

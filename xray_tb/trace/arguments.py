@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from xray_tb import sharding
 from xray_tb.capture.selectors import Selector
 
 #: TensorBoard files steps as int64.
@@ -128,10 +129,14 @@ def storage_dtype(dtype: Union[str, torch.dtype]) -> type:
     return _STORAGE_DTYPES[name]
 
 
-def probe_batch(probe: Any) -> Optional[tuple[tuple, Any]]:
-    """``(inputs, target)`` of a probe given as ``x`` or ``(x, y)``."""
+def probe_batch(probe: Any, model: nn.Module) -> Optional[tuple[tuple, Any]]:
+    """``(inputs, target)`` of a probe given as ``x`` or ``(x, y)``; refused on a sharded (FSDP) model,
+    where the probe's forward on the writing rank alone would wait in FSDP's collectives."""
     if probe is None:
         return None
+    if sharding.any_sharded(model.parameters()):
+        raise ValueError("probe= runs a forward on the writing rank only, and a sharded (FSDP) model's forward is a "
+                         "collective of every rank: record the training batch instead (leave probe= out)")
     if isinstance(probe, (tuple, list)) and len(probe) == 2:
         inputs, target = probe
     else:
@@ -186,7 +191,8 @@ def trace_model(model: nn.Module, args: tuple, kwargs: dict) -> dict:
     from xray_tb.trace.tracer import trace
 
     try:
-        return trace(model, args, kwargs)
+        sharded = sharding.sharded_fsdp_modules(model)  # FSDP leaves the root's parameters unsharded after a forward
+        return trace(model, args, kwargs, after_forward=lambda: sharding.reshard(sharded))
     except Exception as error:
         raise ValueError(
             f"tracing the model failed with the example input of shape {describe_inputs(args, kwargs)}: "

@@ -129,7 +129,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -146,13 +146,18 @@ ATOMIC_TYPES: tuple[type[nn.Module], ...] = (nn.MultiheadAttention, nn.RNNBase)
 _ROOT, _CONTAINER, _LEAF, _INNER = "root", "container", "leaf", "inner"
 
 
-def trace(model: nn.Module, args: tuple, kwargs: dict | None = None) -> dict:
-    """Trace one forward ``model(*args, **kwargs)`` into the architecture schema (module doc)."""
+def trace(model: nn.Module, args: tuple, kwargs: dict | None = None, after_forward: Callable[[], None] | None = None) -> dict:
+    """Trace one forward ``model(*args, **kwargs)`` into the architecture schema (module doc).
+    ``after_forward`` runs after the forward, before the model's state is restored (FSDP reshards there)."""
     recorder = _Recorder(model)
     with preserved(model), _hooks(model, recorder), torch.enable_grad():
         recorder.add_inputs(_tensors((args, kwargs or {})))
-        with _RecordingMode(recorder):
-            output = model(*args, **(kwargs or {}))
+        try:
+            with _RecordingMode(recorder):
+                output = model(*args, **(kwargs or {}))
+        finally:
+            if after_forward is not None:
+                after_forward()
         recorder.mark_outputs_written_later()
         recorder.add_outputs(_tensors(output))
         return recorder.architecture()

@@ -59,6 +59,11 @@ class Statistic:
 
 
 class IterationStatistic(Statistic):
+    #: How each column of one layer combines over the shards of a sharded (FSDP) parameter, computed on
+    #: each rank's shard: ``"sum"``, ``"l2"`` (root of the sum of squares) or ``"max"`` (see
+    #: :mod:`xray_tb.health.shards`); a column left out keeps each rank's value, of its own shard.
+    shard_ops: dict[str, str] = {}
+
     def compute(self, view: IterationView) -> dict[str, list[torch.Tensor]]:
         raise NotImplementedError
 

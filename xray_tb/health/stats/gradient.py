@@ -19,6 +19,7 @@ from xray_tb.health.stats.base import IterationStatistic, IterationView, present
 class GradientStatistics(IterationStatistic):
     columns = ("grad_sum", "grad_l1", "grad_l2", "grad_absmax")
     nonfinite_kinds = {"grad_absmax": "weight_grad"}
+    shard_ops = {"grad_sum": "sum", "grad_l1": "sum", "grad_l2": "l2", "grad_absmax": "max"}
 
     def __init__(self, layers: list[str], sizes: list[int]):
         super().__init__(layers)

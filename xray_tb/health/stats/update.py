@@ -2,7 +2,9 @@
 
 Measured between consecutive training iterations, on one measured iteration in ``every``: the weights
 are copied at iteration i, and iteration i + 1 is then measured too (whatever the pace of the other
-statistics), filing ‖w(i+1) − w(i)‖ / ‖w(i)‖ under its step. Other steps have no value.
+statistics), filing ‖w(i+1) − w(i)‖ / ‖w(i)‖ under its step. Other steps have no value. Both norms are
+columns (``update_l2``, ``update_base_l2``), divided on the host, so that the norms of a sharded
+weight's shards combine before the division.
 
 The copy lives for that one iteration only: it is dropped once the ratio is taken, so between two
 measurements Xray holds no copy of the weights (a copy kept for reuse would hold the model's size in
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 import torch
 
 from xray_tb.health import reductions
@@ -20,7 +23,8 @@ from xray_tb.health.stats.base import IterationStatistic, IterationView
 
 
 class UpdateRatio(IterationStatistic):
-    columns = ("update_ratio",)
+    columns = ("update_l2", "update_base_l2")
+    shard_ops = {"update_l2": "l2", "update_base_l2": "l2"}
 
     def __init__(self, layers: list[str], every: int):
         super().__init__(layers)
@@ -28,19 +32,24 @@ class UpdateRatio(IterationStatistic):
         self._previous: Optional[tuple[list[torch.Tensor], list[torch.Tensor]]] = None
 
     def compute(self, view: IterationView) -> dict[str, list[torch.Tensor]]:
-        ratios: list = [None] * len(view.weights)
+        updates: list = [None] * len(view.weights)
+        bases: list = list(updates)
         if self._previous is not None:
             before, norms = self._previous
             if len(before) == len(view.weights) and all(b.shape == w.shape for b, w in zip(before, view.weights)):
                 torch._foreach_sub_(before, view.weights)  # in place on the kept copy: no new allocation
-                ratios = list(torch._foreach_div(reductions.norms(before, 2), norms))
+                updates, bases = reductions.norms(before, 2), list(norms)
             self._previous = None
         if view.index % self._every == 0:
             with torch.no_grad():
                 copies = [torch.empty_like(w) for w in view.weights]
                 torch._foreach_copy_(copies, [w.detach() for w in view.weights])
             self._previous = (copies, reductions.norms(copies, 2))
-        return {"update_ratio": ratios}
+        return {"update_l2": updates, "update_base_l2": bases}
+
+    def finalize(self, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        with np.errstate(all="ignore"):
+            return {"update_ratio": columns["update_l2"] / columns["update_base_l2"]}
 
     @property
     def pending(self) -> bool:

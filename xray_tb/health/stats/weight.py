@@ -11,6 +11,7 @@ from xray_tb.health.stats.base import IterationStatistic, IterationView
 class WeightNorm(IterationStatistic):
     columns = ("weight_l2",)
     nonfinite_kinds = {"weight_l2": "weight"}
+    shard_ops = {"weight_l2": "l2"}
 
     def compute(self, view: IterationView) -> dict[str, list[torch.Tensor]]:
         return {"weight_l2": reductions.norms(view.weights, 2)}

@@ -1,0 +1,87 @@
+"""One rank of the FSDP tests (:mod:`tests.integrations.test_fsdp`): ``python -m tests.integrations.fsdp_worker
+CASE RANK PORT LOGDIR``. Joins a 2-process gloo group on 127.0.0.1, shards a small MLP with
+``fully_shard``, trains it under an :class:`~xray_tb.Xray`, and writes what it saw (the full weights
+and gradients at each step, from ``full_tensor()``, and every warning) to ``LOGDIR/result<rank>.json``."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import warnings
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import fully_shard
+
+from tests.integrations.ddp_worker import WORLD, full_batch
+from xray_tb import Xray
+from xray_tb.capture.selectors import RandomFilters
+from xray_tb.health import HealthOptions
+
+def mlp() -> nn.Module:
+    """Uneven shards: 7 rows split 4 + 3, 3 rows split 2 + 1."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 7), nn.ReLU(), nn.Linear(7, 3))
+
+
+def shard(model: nn.Module, root_only: bool = False) -> nn.Module:
+    if not root_only:
+        for layer in (model[0], model[2]):
+            fully_shard(layer)
+    fully_shard(model)
+    return model
+
+
+def full(model: nn.Module) -> dict:
+    """Every layer's full weight and gradient, as lists."""
+    out = {}
+    for name in ("0", "2"):
+        weight = getattr(model, name).weight
+        out[name] = {"weight": weight.full_tensor().tolist(),
+                     "weight_grad": None if weight.grad is None else weight.grad.full_tensor().tolist()}
+    return out
+
+
+def main(case: str, rank: int, port: str, logdir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=30))
+    result: dict = {"rank": rank, "steps": []}
+    x, y = (part[rank::WORLD] for part in full_batch())
+    y = torch.cat([y, y[:, :1]], dim=1)  # three outputs
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = shard(mlp(), root_only=case == "root")
+        plan = {"0": {"weight": True, "weight_grad": True, "activation": True}, "2": {"weight": True, "weight_grad": True}}
+        options = {"ranks": "all"} if case == "all" else {}
+        # nonfinite: iterations 0, 1 and 3 are measured (1 for the update ratio), the NaN comes at 2.
+        health = HealthOptions(every=2) if case == "nonfinite" else HealthOptions(every=1, update_every=1)
+        xray = Xray(model, x, logdir=logdir, every=1, plan=plan, selector=RandomFilters(max_rows=3), collective_timeout=20,
+                    health=health, **options)
+        result["layers"] = sorted(xray.draft_plan())
+        result["sharded_after_construction"] = type(model[0].weight).__name__
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(4 if case == "nonfinite" else 3):
+            optimizer.zero_grad()
+            if case == "nonfinite" and step == 2 and rank == 1:
+                with torch.no_grad():  # a NaN in rank 1's shard of layer 2's weight only
+                    model[2].weight.to_local()[0, 0] = float("nan")
+            nn.MSELoss()(model(x), y).backward()
+            xray.take_graphs()
+            result["steps"].append(full(model))
+            optimizer.step()
+        found = xray.first_nonfinite
+        result["nonfinite"] = None if found is None else [found.step, found.layer, found.kind]
+        xray.close()
+    result["warnings"] = [str(warning.message) for warning in caught]
+    with open(os.path.join(logdir, f"result{rank}.json"), "w") as file:
+        json.dump(result, file)
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)  # see ddp_worker: the TCPStore's thread may abort the interpreter's teardown
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])

@@ -1,0 +1,106 @@
+"""Xray on a ``fully_shard`` (FSDP) model: real 2-process runs on the gloo backend over 127.0.0.1, each
+rank a subprocess (:mod:`tests.integrations.fsdp_worker`) guarded by a timeout. The workers report the
+full weights and gradients (``full_tensor()``) that the recorded frames and statistics are checked
+against."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tests.helpers import ranks
+from tests.helpers.ranks import event_files
+from tests.integrations import fsdp_worker
+from tests.integrations.ddp_worker import full_batch
+from xray_tb import Xray, open_run
+from xray_tb.health import HealthOptions, reading
+
+pytestmark = pytest.mark.slow
+
+ITERATION_STATS = ("grad_l2", "grad_l1", "grad_absmax", "grad_mean", "grad_var", "weight_l2", "update_ratio")
+
+
+def run_ranks(case: str, logdir: Path) -> list[dict]:
+    return ranks.run_ranks("tests.integrations.fsdp_worker", case, logdir)
+
+
+@pytest.fixture(scope="module")
+def zero(tmp_path_factory) -> tuple[Path, list[dict]]:
+    """The default run: rank 0 writes."""
+    logdir = tmp_path_factory.mktemp("fsdp")
+    return logdir, run_ranks("zero", logdir)
+
+
+def assert_frames_are_the_selected_rows(logdir: Path, steps: list[dict]) -> None:
+    run = open_run(str(logdir))
+    assert run.records() == {"0": {"weight": [0, 1, 2], "weight_grad": [0, 1, 2], "activation": [0, 1, 2]},
+                             "2": {"weight": [0, 1, 2], "weight_grad": [0, 1, 2]}}
+    for step, layers in enumerate(steps):
+        for layer, kinds in layers.items():
+            for kind, full in kinds.items():
+                values, header = run.load(layer, kind, step)
+                full = np.asarray(full, dtype=np.float32)
+                assert header.original_shape == list(full.shape)
+                np.testing.assert_array_equal(values.numpy(), full[header.indices], err_msg=f"{layer} {kind} at step {step}")
+
+
+def test_rank_zero_writes_frames_that_are_the_full_weights_selected_rows(zero):
+    logdir, (rank0, rank1) = zero
+    assert len(event_files(logdir)) == 1  # rank 0's; rank 1 opened none
+    assert not [p for p in logdir.rglob("*") if p.is_dir()]
+    assert rank0["layers"] == rank1["layers"] == ["0", "1", "2"]  # the inner model's names
+    assert rank0["steps"] == rank1["steps"]
+    _, header = open_run(str(logdir)).load("0", "weight", 0)
+    assert len(header.indices) == 3 and min(header.indices) < 4 <= max(header.indices)  # rows of both shards (4 + 3)
+    assert_frames_are_the_selected_rows(logdir, rank0["steps"])
+
+
+def test_no_rank_warns(zero):
+    _, results = zero
+    assert [result["warnings"] for result in results] == [[], []]
+
+
+def test_gradient_and_weight_statistics_equal_those_of_one_process_on_the_whole_batch(zero, tmp_path):
+    logdir, _ = zero
+    model = fsdp_worker.mlp()
+    x, y = full_batch()
+    y = torch.cat([y, y[:, :1]], dim=1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Xray(model, x, logdir=str(tmp_path), every=1, health=HealthOptions(every=1, update_every=1)) as xray:
+        for _ in range(3):
+            optimizer.zero_grad()
+            nn.MSELoss()(model(x), y).backward()
+            xray.take_graphs()
+            optimizer.step()
+    for stat in ITERATION_STATS:
+        single_layers, single_steps, single, single_present = reading.series(str(tmp_path), stat)
+        layers, steps, values, present = reading.series(str(logdir), stat)
+        assert layers == single_layers == ["0", "2"] and list(steps) == list(single_steps)
+        assert (present == single_present).all() and present.any()
+        np.testing.assert_allclose(values[present], single[present], rtol=1e-4, atol=1e-7, err_msg=stat)
+
+
+def test_ranks_all_writes_one_run_per_rank(tmp_path):
+    results = run_ranks("all", tmp_path)
+    assert not event_files(tmp_path)
+    for rank in range(2):
+        assert_frames_are_the_selected_rows(tmp_path / f"rank{rank}", results[rank]["steps"])
+
+
+@pytest.mark.xfail(reason="open: after Xray traces a model sharded at its root only, the worker's own full_tensor() calls "
+                          "meet a gloo size mismatch (the same loop without Xray, or with Xray and no optimizer, passes)", strict=False)
+def test_a_model_sharded_at_its_root_only_stays_sharded_after_tracing(tmp_path):
+    rank0, rank1 = run_ranks("root", tmp_path)
+    assert rank0["sharded_after_construction"] == rank1["sharded_after_construction"] == "DTensor"
+    assert_frames_are_the_selected_rows(tmp_path, rank0["steps"])
+
+
+def test_a_nan_in_one_ranks_shard_is_the_origin_on_every_rank(tmp_path):
+    # Rank 1's shard of layer 2's weight gets a NaN at step 2, an iteration the statistics skip: only the
+    # sentinel sees it, on rank 1; rank 0 sees non-finite gradients only. The ranks agree on the weight.
+    results = run_ranks("nonfinite", tmp_path)
+    assert [result["nonfinite"] for result in results] == [[2, "2", "weight"], [2, "2", "weight"]]

@@ -1,0 +1,128 @@
+"""Frames of sharded parameters (FSDP's DTensor weights, biases and their gradients).
+
+At a due capture every rank calls :func:`gather_selected` (the ranks that write no frames too): each
+planned sharded tensor's selection is made on every rank from the DTensor's global shape (the built-in
+selectors read only the shape and the layer name, so every rank makes the same one; ``TopVariance``
+runs DTensor ops, the same on every rank), each rank packs its own rows of the selection
+(:func:`xray_tb.sharding.row_parts`) into one vector, and one ``all_gather`` of Xray's
+(:meth:`xray_tb.distributed.Group.gather`, with its timeout) brings every rank's rows. No rank
+gathers a whole weight. Each tensor's entry starts with a checksum of its selection: ranks that chose
+different rows raise :class:`~xray_tb.distributed.DistributedMismatch` on every rank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from typing import Optional, Union
+
+import torch
+from torch import nn
+
+from tb_plugin import metadata
+from xray_tb import sharding
+from xray_tb.capture.selectors import SelectionInfo, Selector, check_selection
+from xray_tb.distributed import DistributedMismatch, Group
+
+
+@dataclasses.dataclass
+class Gathered:
+    """The selected rows of a sharded tensor, in selection order, and where they sit in it."""
+
+    rows: torch.Tensor
+    indices: tuple[int, ...]
+    shape: torch.Size
+
+
+@dataclasses.dataclass
+class _Part:
+    key: tuple[str, str]
+    tensor: torch.Tensor
+    indices: tuple[int, ...] = ()
+    parts: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    error: Optional[str] = None
+
+    @property
+    def row_size(self) -> int:
+        return int(torch.Size(self.tensor.shape[1:]).numel())
+
+    def positions(self, rank: int) -> list[int]:
+        """Where the rows ``rank`` contributes sit in the selection."""
+        start, stop = self.parts.get(rank, (0, 0))
+        return [p for p, index in enumerate(self.indices) if start <= index < stop]
+
+    def checksum(self) -> float:
+        return -1.0 if self.error else float(zlib.crc32(repr((self.key, self.indices, tuple(self.tensor.shape))).encode()))
+
+
+def sharded_tensors(plan: dict, modules: dict[str, nn.Module]) -> list[tuple[tuple[str, str], torch.Tensor]]:
+    """The planned parameter kinds held as DTensors, ``((layer, kind), tensor)``."""
+    found = []
+    for layer, entry in plan.items():
+        for kind, (name, is_grad) in metadata.PARAMETER_KINDS.items():
+            tensor = getattr(modules[layer], name, None) if entry[kind] else None
+            tensor = tensor.grad if is_grad and tensor is not None else tensor
+            if sharding.is_sharded(tensor):
+                found.append(((layer, kind), tensor))
+    return found
+
+
+def gather_selected(group: Optional[Group], step: int, plan: dict, modules: dict[str, nn.Module],
+                    selector: Selector) -> dict[tuple[str, str], Union[Gathered, str]]:
+    """Every planned sharded tensor's selected rows (or why they could not be gathered), by (layer, kind).
+    Every rank must call it at the same captures; one collective when the plan holds sharded tensors."""
+    parts = [_select(key, tensor, plan[key[0]].get("selector") or selector, modules[key[0]])
+             for key, tensor in sharded_tensors(plan, modules)]
+    if not parts:
+        return {}
+    rank = group.rank if group is not None else 0
+    size = group.size if group is not None else 1
+    mine = [_local_rows(part, rank) for part in parts]
+    longest = max(sum(len(part.positions(r)) * part.row_size for part in parts) for r in range(size))
+    device = mine[0].device if mine else parts[0].tensor.device
+    checksums = torch.tensor([part.checksum() for part in parts], dtype=torch.float64, device=device)
+    packed = torch.cat([checksums, *mine])
+    packed = torch.cat([packed, packed.new_zeros(len(parts) + longest - packed.numel())])
+    rows = packed[None] if group is None else group.gather(step, packed, what="capture")
+    if not bool((rows[:, :len(parts)] == rows[0, :len(parts)]).all()):
+        raise DistributedMismatch(f"rank {rank}: the ranks selected different rows of the sharded tensors at capture step "
+                                  f"{step}; a selector of sharded tensors must choose the same rows on every rank")
+    offsets = [len(parts)] * size
+    results: dict[tuple[str, str], Union[Gathered, str]] = {}
+    for part in parts:
+        if part.error:
+            results[part.key] = part.error
+            continue
+        out = rows.new_empty((len(part.indices), part.row_size))
+        for r in range(size):
+            positions = part.positions(r)
+            count = len(positions) * part.row_size
+            if positions:
+                out[positions] = rows[r, offsets[r]: offsets[r] + count].view(len(positions), part.row_size)
+            offsets[r] += count
+        shape = part.tensor.shape
+        results[part.key] = Gathered(out.view(len(part.indices), *shape[1:]).to(part.tensor.dtype), part.indices, shape)
+    return results
+
+
+def _select(key: tuple[str, str], tensor: torch.Tensor, selector: Selector, module: nn.Module) -> _Part:
+    part = _Part(key, tensor)
+    try:
+        info = SelectionInfo(layer=key[0], kind=key[1], layer_type=type(module).__name__)
+        size = tensor.shape[0] if tensor.dim() else 0
+        part.indices = tuple(check_selection(selector.select(tensor, info), selector, size))
+        part.parts = sharding.row_parts(tensor)
+    except Exception as error:  # noqa: BLE001 - the frame is reported missing, the same way on every rank
+        part.error = f"failed: {type(error).__name__}: {error}"
+    return part
+
+
+def _local_rows(part: _Part, rank: int) -> torch.Tensor:
+    """This rank's rows of the selection, flat, in float64 (exact for every float dtype)."""
+    local = sharding.local(part.tensor)
+    positions = part.positions(rank) if not part.error else []
+    if not positions:
+        return local.new_zeros(0, dtype=torch.float64)
+    start = part.parts[rank][0]
+    index = torch.tensor([part.indices[p] - start for p in positions], dtype=torch.long, device=local.device)
+    return local.detach().reshape(local.shape[0], -1).index_select(0, index).reshape(-1).to(torch.float64)

@@ -1,0 +1,98 @@
+"""Training health of sharded parameters (FSDP): every statistic over the whole weight, from its shards.
+
+Each rank reduces its own shards (:func:`xray_tb.sharding.local`: plain tensors, no DTensor op), and a
+measured iteration's row is combined across ranks with one ``all_gather`` of Xray's
+(:meth:`xray_tb.distributed.Group.gather`, ``"iteration"``, with its timeout), column by column as the
+family's ``shard_ops`` say: ``"sum"`` (signed sums, L1 norms), ``"l2"`` (the root of the sum of the
+shards' squared norms) or ``"max"``; the mean and variance follow from the combined sums and the
+weight's full size. A column without an op (a custom statistic) keeps this rank's value, of its shard.
+
+The same vector carries what keeps the ranks in step:
+
+* the pace: rank 0's ``every`` (``HealthOptions(every="auto")`` adapts it to each rank's timing), which
+  every rank adopts, so every rank measures the same iterations;
+* the non-finite sentinel's first non-finite iteration on each rank's shards: the earliest over the ranks
+  is agreed, with the flags of every rank that saw it at that step, so a NaN in any shard is found.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from xray_tb import sharding
+from xray_tb.distributed import Group
+from xray_tb.health.pacing import Pacer
+from xray_tb.health.sentinel import NonFiniteSentinel
+from xray_tb.health.stats.base import IterationStatistic
+
+OPS = ("sum", "l2", "max")
+
+
+class ShardedHealth:
+    """The local shards of the weights and gradients, and the combination of a measured row."""
+
+    def __init__(self, group: Optional[Group], sentinel: NonFiniteSentinel):
+        self._group = group
+        self._sentinel = sentinel
+        sentinel.shared = group is not None  # its findings count once the ranks agreed on them
+
+    @classmethod
+    def of(cls, group: Optional[Group], weights: list[torch.Tensor], sentinel: NonFiniteSentinel) -> Optional["ShardedHealth"]:
+        """None when no weight is sharded (DDP, one process): nothing to combine."""
+        return cls(group, sentinel) if sharding.any_sharded(weights) else None
+
+    @staticmethod
+    def local(tensors: list[Optional[torch.Tensor]]) -> list[Optional[torch.Tensor]]:
+        return [sharding.local(tensor) for tensor in tensors]
+
+    def combine(self, step: int, families: list[IterationStatistic], row: list[Optional[torch.Tensor]],
+                pacer: Pacer) -> list[Optional[torch.Tensor]]:
+        """``row`` (one 0-d value or None per family, column and layer) over every rank's shards; the pace
+        and the sentinel agree on the way (one collective)."""
+        group = self._group
+        if group is None or not row:
+            return row
+        ops = [family.shard_ops.get(column) for family in families for column in family.columns for _ in family.layers]
+        device = next((value.device for value in row if value is not None), group.device)
+        zero = torch.zeros((), dtype=torch.float64, device=device)
+        values = torch.stack([zero if value is None else value.to(device) for value in row]).to(torch.float64)
+        present = torch.tensor([value is not None for value in row], dtype=torch.float64, device=device)
+        found = self._sentinel.local_find()
+        flags = found[1] if found is not None else [False] * (2 * len(self._sentinel.layers))
+        extra = torch.tensor([float(pacer.every), -1.0 if found is None else float(found[0]), *map(float, flags)],
+                             dtype=torch.float64, device=device)
+        gathered = group.gather(step, torch.cat([values, present, extra]), what="iteration")
+        size = len(row)
+        combined, seen = _combine(gathered[:, :size], gathered[:, size:2 * size] > 0, ops, group.rank)
+        self._agree(gathered[:, 2 * size:].cpu(), pacer)
+        return [value if keep else None for value, keep in zip(combined.float().unbind(), seen.tolist())]
+
+    def _agree(self, extra: torch.Tensor, pacer: Pacer) -> None:
+        pacer.every = max(1, int(extra[0, 0]))
+        steps = extra[:, 1]
+        if bool((steps >= 0).any()):
+            first = float(steps[steps >= 0].min())
+            flags = (extra[steps == first, 2:] > 0).any(dim=0).tolist()
+            self._sentinel.agree(int(first), flags)
+
+
+def _combine(values: torch.Tensor, present: torch.Tensor, ops: list[Optional[str]], rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each column's value over the ranks (``ranks × columns``) by its op, this rank's where it has none;
+    and whether any rank had a value."""
+    out, seen = values[rank].clone(), present[rank].clone()
+    for op in OPS:
+        columns = [index for index, column_op in enumerate(ops) if column_op == op]
+        if not columns:
+            continue
+        index = torch.tensor(columns, dtype=torch.long, device=values.device)
+        part, here = values[:, index], present[:, index]
+        if op == "max":
+            reduced = torch.where(here, part, torch.full_like(part, -math.inf)).amax(dim=0)
+        else:
+            kept = torch.where(here, part, torch.zeros_like(part))
+            reduced = kept.sum(dim=0) if op == "sum" else kept.square().sum(dim=0).sqrt()
+        out[index], seen[index] = reduced, here.any(dim=0)
+    return out, seen
