@@ -14,6 +14,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from xray_tb import Xray
 from xray_tb.distributed import NullSink, unwrap
+from xray_tb.health import pruning
+from xray_tb.health.scope import ActivationLayer
 
 
 def mlp() -> nn.Module:
@@ -44,6 +46,25 @@ def test_a_ddp_model_in_a_group_of_one_is_looked_into_and_written_as_one_process
             assert xray.take_graphs() == 0
             assert xray.logdir == str(tmp_path / "run")  # a group of one: no rank folder
         assert xray.records()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_prune_plan_of_a_sharded_layer_issues_no_collective():
+    # Rank 0 alone writes the plan (when its monitor flushes): a DTensor op there, such as indexing the
+    # weight, would issue a collective the other ranks do not, and shift every later one (gloo aborts).
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        model = fully_shard(mlp())  # at its root only: its Linear layers keep their class, so they are prunable
+        layer = ActivationLayer("0", model[0], None, "ReLU", {}, last_dim_units=True, prunable=None)
+        with CommDebugMode() as comms:
+            entries = pruning.plan({"0": layer}, {"0": [1, 5]})
+        assert comms.get_total_counts() == 0
+        assert [(entry.layer, entry.parameters) for entry in entries] == [("0", 2 * (4 + 1))]
     finally:
         dist.destroy_process_group()
 

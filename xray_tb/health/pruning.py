@@ -39,8 +39,10 @@ def plan(layers: dict[str, ActivationLayer], dead: dict[str, list[int]]) -> list
         if layer.prunable is not None:
             entries.append(PruneEntry(name, units, 0, reason=layer.prunable))
             continue
+        # From the shapes only: a DTensor op (``weight[0]`` of an FSDP weight) would issue a collective that
+        # the other ranks do not (the plan is written by rank 0, when its monitor flushes).
         weight, bias = _tensors(layer.module)
-        per_unit = weight[0].numel() + (1 if bias is not None else 0)
+        per_unit = weight.shape[1:].numel() + (1 if bias is not None else 0)
         entries.append(PruneEntry(name, units, per_unit * len(units)))
     return entries
 
