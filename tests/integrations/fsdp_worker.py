@@ -74,6 +74,7 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
             optimizer.step()
         found = xray.first_nonfinite
         result["nonfinite"] = None if found is None else [found.step, found.layer, found.kind]
+        result["prune"] = [[entry.layer, entry.parameters, entry.reason] for entry in xray.prune()]  # a dry run
         xray.close()
     result["warnings"] = [str(warning.message) for warning in caught]
     with open(os.path.join(logdir, f"result{rank}.json"), "w") as file:

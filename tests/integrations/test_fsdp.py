@@ -92,11 +92,14 @@ def test_ranks_all_writes_one_run_per_rank(tmp_path):
 
 
 def test_a_model_sharded_at_its_root_only_stays_sharded_after_tracing(tmp_path):
-    # Its Linear layers keep their class, so they are prunable: rank 0's prune plan, written when its monitor
-    # flushes, once indexed a DTensor weight (a collective rank 1 did not issue; see test_distributed).
+    # Its Linear layers keep their class (no FSDPLinear): rank 0's prune plan, written when its monitor
+    # flushes, once indexed a DTensor weight, a collective rank 1 did not issue (see test_distributed).
     rank0, rank1 = run_ranks("root", tmp_path)
     assert rank0["sharded_after_construction"] == rank1["sharded_after_construction"] == "DTensor"
     assert_frames_are_the_selected_rows(tmp_path, rank0["steps"])
+    assert rank0["warnings"] == rank1["warnings"] == []
+    assert rank0["prune"] == rank1["prune"] and rank0["prune"], "some unit died"
+    assert all(parameters == 0 and "sharded (FSDP)" in reason for _, parameters, reason in rank0["prune"])
 
 
 def test_a_nan_in_one_ranks_shard_is_the_origin_on_every_rank(tmp_path):

@@ -13,6 +13,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from xray_tb import sharding
 from xray_tb.trace.activations import traced_arguments
 from xray_tb.trace.graph import CONV_TYPES, LINEAR_TYPES, ActivationSource, Graph, Tap
 
@@ -104,11 +105,14 @@ class Scope:
             activation=activation,
             params=params,
             last_dim_units=layer_type in _LAST_DIM_UNITS,
-            prunable=_why_not_prunable(name, layer_type, source, activation, graph),
+            prunable=_why_not_prunable(name, module, source, activation, graph),
         )
 
 
-def _why_not_prunable(name: str, layer_type: str, source: ActivationSource, activation: str, graph: Graph) -> Optional[str]:
+def _why_not_prunable(name: str, module: nn.Module, source: ActivationSource, activation: str, graph: Graph) -> Optional[str]:
+    layer_type = type(module).__name__
+    if sharding.any_sharded(module.parameters(recurse=False)):
+        return "its weights are sharded (FSDP): torch.nn.utils.prune masks plain parameters only"
     if layer_type not in PRUNABLE_TYPES:
         return f"{layer_type} weights are not masked by unit"
     if activation not in _ZERO_CLAMPING:
