@@ -8,6 +8,9 @@
   ``Replicate`` on the others (HSDP); a replicated row is taken from the rank at coordinate 0 of those
   dimensions. Other layouts (sharded along another axis, strided, partial) are refused with
   :class:`UnsupportedLayout`, so no rank guesses.
+* :func:`type_name` is a module's class name as its author wrote it: ``fully_shard`` swaps a module's
+  class for a subclass named ``FSDP<Class>``, which would hide a sharded ``Linear`` from everything
+  keyed on layer types (the drafted plan, health's scope, selectors).
 * :func:`reshard` puts FSDP modules back into their sharded state after Xray's own forward (tracing),
   which leaves the root module's parameters unsharded; it runs inside the tracer's restoring
   context, so that the restored parameters and FSDP's own state agree.
@@ -106,13 +109,29 @@ def _coordinates(shape) -> Iterator[list[int]]:
             yield [first, *rest]
 
 
-def sharded_fsdp_modules(model: nn.Module) -> list[nn.Module]:
-    """The ``fully_shard`` modules of ``model`` with sharded parameters now (theirs or their children's)."""
+def type_name(module: nn.Module) -> str:
+    """``type(module).__name__``, seen through FSDP's ``FSDP<Class>`` subclass (``"Linear"``, not ``"FSDPLinear"``)."""
+    cls = type(module)
+    fsdp = _fsdp_module_type()
+    if fsdp is not None and issubclass(cls, fsdp):
+        cls = next((base for base in cls.__mro__ if not issubclass(base, fsdp)), cls)
+    return cls.__name__
+
+
+def _fsdp_module_type() -> Optional[type]:
     try:
         from torch.distributed.fsdp import FSDPModule
     except ImportError:  # pragma: no cover - torch built without distributed
+        return None
+    return FSDPModule
+
+
+def sharded_fsdp_modules(model: nn.Module) -> list[nn.Module]:
+    """The ``fully_shard`` modules of ``model`` with sharded parameters now (theirs or their children's)."""
+    fsdp = _fsdp_module_type()
+    if fsdp is None:  # pragma: no cover - torch built without distributed
         return []
-    return [module for module in model.modules() if isinstance(module, FSDPModule) and any_sharded(module.parameters())]
+    return [module for module in model.modules() if isinstance(module, fsdp) and any_sharded(module.parameters())]
 
 
 def reshard(modules: list[nn.Module]) -> None:

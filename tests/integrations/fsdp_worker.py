@@ -61,6 +61,8 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
         xray = Xray(model, x, logdir=logdir, every=1, plan=plan, selector=RandomFilters(max_rows=3), collective_timeout=20,
                     health=health, **options)
         result["layers"] = sorted(xray.draft_plan())
+        result["drafted"] = xray.draft_plan()
+        result["types"] = {node["module"]: node["type"] for node in xray.architecture["nodes"] if node["kind"] == "module"}
         result["sharded_after_construction"] = type(model[0].weight).__name__
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         for step in range(4 if case == "nonfinite" else 3):

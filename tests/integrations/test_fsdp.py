@@ -53,6 +53,9 @@ def test_rank_zero_writes_frames_that_are_the_full_weights_selected_rows(zero):
     assert len(event_files(logdir)) == 1  # rank 0's; rank 1 opened none
     assert not [p for p in logdir.rglob("*") if p.is_dir()]
     assert rank0["layers"] == rank1["layers"] == ["0", "1", "2"]  # the inner model's names
+    # fully_shard turns each Linear into an FSDPLinear: Xray still sees a Linear, and drafts it as one
+    assert rank0["types"] == {"0": "Linear", "1": "ReLU", "2": "Linear"}
+    assert rank0["drafted"]["0"]["activation"] is True
     assert rank0["steps"] == rank1["steps"]
     _, header = open_run(str(logdir)).load("0", "weight", 0)
     assert len(header.indices) == 3 and min(header.indices) < 4 <= max(header.indices)  # rows of both shards (4 + 3)

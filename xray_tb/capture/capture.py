@@ -14,6 +14,7 @@ import torch
 from tensorboard.compat.proto import event_pb2
 from torch import nn
 
+from xray_tb import sharding
 from tb_plugin import frame_stats, metadata
 from tb_plugin.metadata import BATCH_KINDS, FrameHeader
 from xray_tb.trace.activations import recompute
@@ -139,7 +140,7 @@ def _kind_frames(
     tensors, reason = _planned_tensors(context, report, layer, kind, module)
     if reason:
         report.missing.append((layer, kind, reason))
-    info = SelectionInfo(layer=layer, kind=kind, layer_type=type(module).__name__)
+    info = SelectionInfo(layer=layer, kind=kind, layer_type=sharding.type_name(module))
     frames = []
     for path, tensor in tensors:
         header, values = make_frame(

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from xray_tb import sharding
 from tb_plugin.metadata import KINDS, PARAMETER_KINDS
 from xray_tb.trace import graph
 from xray_tb.capture.selectors import Selector
@@ -122,7 +123,7 @@ def _check_kinds(layer: str, entry: dict[str, bool], index: graph.Graph, module:
         if any(entry[kind] for kind in kinds) and not _has_parameter(module, parameter):
             hint = " (it was built with bias=False)" if parameter == "bias" and hasattr(module, "bias") else ""
             raise ValueError(
-                f"layer {layer!r} ({type(module).__name__}) has no {parameter}{hint}; turn off {' and '.join(map(repr, kinds))} for it"
+                f"layer {layer!r} ({sharding.type_name(module)}) has no {parameter}{hint}; turn off {' and '.join(map(repr, kinds))} for it"
             )
     if entry["activation"] and index.activation_source(layer) is None:
         raise ValueError(

@@ -108,7 +108,7 @@ def gather_selected(group: Optional[Group], step: int, plan: dict, modules: dict
 def _select(key: tuple[str, str], tensor: torch.Tensor, selector: Selector, module: nn.Module) -> _Part:
     part = _Part(key, tensor)
     try:
-        info = SelectionInfo(layer=key[0], kind=key[1], layer_type=type(module).__name__)
+        info = SelectionInfo(layer=key[0], kind=key[1], layer_type=sharding.type_name(module))
         size = tensor.shape[0] if tensor.dim() else 0
         part.indices = tuple(check_selection(selector.select(tensor, info), selector, size))
         part.parts = sharding.row_parts(tensor)

@@ -97,7 +97,7 @@ class Scope:
             act_module = self.modules[source.tap.module]
             activation = type(act_module).__name__
             params = {key: getattr(act_module, key) for key in ("dim", "min_val", "max_val") if hasattr(act_module, key)}
-        layer_type = type(module).__name__
+        layer_type = sharding.type_name(module)
         return ActivationLayer(
             name=name,
             module=module,
@@ -110,7 +110,7 @@ class Scope:
 
 
 def _why_not_prunable(name: str, module: nn.Module, source: ActivationSource, activation: str, graph: Graph) -> Optional[str]:
-    layer_type = type(module).__name__
+    layer_type = sharding.type_name(module)
     if sharding.any_sharded(module.parameters(recurse=False)):
         return "its weights are sharded (FSDP): torch.nn.utils.prune masks plain parameters only"
     if layer_type not in PRUNABLE_TYPES:

@@ -135,6 +135,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from xray_tb import sharding
 from xray_tb.trace.op_names import op_kwargs, op_name
 from xray_tb.trace.state import preserved
 
@@ -298,7 +299,7 @@ class _Recorder:
         elif not _is_leaf(module):
             kind = _ROOT if module is self.model else _CONTAINER
             if kind == _CONTAINER and name not in self.groups:
-                self.groups[name] = {"module": name, "type": type(module).__name__, "parent": self._parent()}
+                self.groups[name] = {"module": name, "type": sharding.type_name(module), "parent": self._parent()}
             self.stack.append((kind, "" if kind == _ROOT else name, None))
         else:
             self.stack.append((_LEAF, name, self._add_module_node(module, name, inputs)))
@@ -314,7 +315,7 @@ class _Recorder:
             "out_shapes": [],
             "parent": self._parent(),
             "module": name,
-            "type": type(module).__name__,
+            "type": sharding.type_name(module),
             "call": call,
             "params": 0,  # counted when the call returns: a lazy module materialises in the call
         }
@@ -334,7 +335,7 @@ class _Recorder:
         if kind == _LEAF:
             node["out_shapes"] = [_shape(t) for t in outputs]
             module = self._modules[node["module"]]
-            node["type"] = type(module).__name__  # a lazy module's class changes when it materialises
+            node["type"] = sharding.type_name(module)  # a lazy module's class changes when it materialises
             node["params"] = self._param_count(module)
             self._finish(node["id"], outputs)
             self._returned.append((node, [(t, _version(t)) for t in outputs]))
