@@ -53,6 +53,8 @@ def last_recorded_step(logdir: str | os.PathLike) -> Optional[int]:
     """The highest step at which the event files directly in ``logdir`` hold an Xray frame.
 
     Cheap: it parses each event but decodes no frame, and skips damaged records without a warning.
+    It asks which steps exist, not what a step holds, so it keeps nothing: :class:`RunContents` would
+    hold every frame's bytes (a long run's hundreds of megabytes) for a new Xray that needs one number.
 
     Returns:
         That step; None when ``logdir`` does not exist or holds no Xray frame.
