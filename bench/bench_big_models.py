@@ -1,6 +1,6 @@
 """Xray on big models, on CPU: tracing and construction against one forward+backward (issue 20, part 4).
 
-    python bench/bench_big_models.py [--models seq1k,seq5k,seq15k,resnet50,gpt2] [--repeats 3]
+    python bench/bench_big_models.py [--models seq1k,seq5k,seq15k,rg1k,rg5k,rg15k,resnet50,gpt2] [--repeats 3]
 
 Models: ``nn.Sequential`` of Linear(8, 8) + ReLU pairs with 1k, 5k and 15k modules (batch 4x8:
 the layers cost almost nothing, so Xray's per-module overhead shows), random graph models of about
@@ -8,7 +8,9 @@ the layers cost almost nothing, so Xray's per-module overhead shows), random gra
 residual, fan-out and attention blocks, width 64, batch 16x64), the ResNet-50-shaped model of
 bench/bench_tab.py (batch 1x3x224x224) and a GPT-2-small-sized transformer (tests/transformer.py:
 d = 768, 12 blocks, 12 heads, vocabulary 50,257, 128 tokens). Each model runs in its own process,
-so that its peak memory is its own. For each, side by side:
+so that its peak memory is its own, with denormals flushed to zero (``torch.set_flush_denormal``:
+the random graph models' gradients fade into subnormal floats, which would make their backward 60x
+slower and every ratio to it look better than it is). For each, side by side:
 
 * fwd+bwd: one plain forward + ``sum().backward()`` (min of ``--repeats`` after a warm-up);
 * trace: ``xray_tb.trace.tracer.trace`` (min of ``--repeats``), and its ratio to fwd+bwd;
@@ -98,6 +100,10 @@ def _peak_rss_bytes() -> int:
 def measure(name: str, repeats: int) -> dict:
     """All the figures of one model, in this process."""
     from xray_tb import Xray
+
+    # The random graph models' gradients fade through hundreds of blocks into subnormal floats, which
+    # a CPU multiplies 50 to 100 times slower: their forward and backward would look 60x dearer.
+    torch.set_flush_denormal(True)
     from xray_tb.trace.tracer import trace
 
     model, x = _model(name)
