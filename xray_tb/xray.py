@@ -35,6 +35,7 @@ from xray_tb.io.sink import EventSink
 from xray_tb.notebook.readback import ReadBack
 from xray_tb.recording import Recording, release_on_collection, warn_about_earlier_captures
 from xray_tb.trace import arguments
+from xray_tb.trace.state import without_cyclic_gc
 
 
 def _delegate(part: str, method: Callable) -> Callable:
@@ -92,6 +93,7 @@ class Xray:
             :class:`~xray_tb.distributed.DistributedMismatch` (default 300).
     """
 
+    @without_cyclic_gc
     def __init__(
         self,
         model: nn.Module,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import weakref
 from typing import Callable
 
@@ -252,3 +253,21 @@ def test_recorded_output_is_what_the_layer_returned(tmp_path, write):
     overwritten = returned.clone()
     write(overwritten)
     assert not torch.equal(values, overwritten)  # not the values written after the layer returned
+
+
+def test_construction_pauses_the_cyclic_collector_and_restores_it_as_it_was(tmp_path):
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU())
+    seen = []
+    model.register_forward_pre_hook(lambda module, args: seen.append(gc.isenabled()))
+    assert gc.isenabled()
+    Xray(model, torch.randn(2, 4), logdir=str(tmp_path / "a")).close()
+    assert gc.isenabled() and seen and not any(seen)  # paused while tracing, back on after
+    gc.disable()
+    try:
+        Xray(model, torch.randn(2, 4), logdir=str(tmp_path / "b")).close()
+        assert not gc.isenabled()  # a user's choice is left alone
+    finally:
+        gc.enable()
+    with pytest.raises(ValueError):
+        Xray(model, torch.randn(2, 5), logdir=str(tmp_path / "c"))  # tracing fails: the wrong width
+    assert gc.isenabled()

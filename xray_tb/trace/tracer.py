@@ -137,7 +137,7 @@ from torch.overrides import TorchFunctionMode
 
 from xray_tb import sharding
 from xray_tb.trace.op_names import op_kwargs, op_name
-from xray_tb.trace.state import preserved
+from xray_tb.trace.state import preserved, without_cyclic_gc
 
 ATOMIC_TYPES: tuple[type[nn.Module], ...] = (nn.MultiheadAttention, nn.RNNBase)
 """Modules with children that are traced as one leaf node."""
@@ -147,6 +147,7 @@ ATOMIC_TYPES: tuple[type[nn.Module], ...] = (nn.MultiheadAttention, nn.RNNBase)
 _ROOT, _CONTAINER, _LEAF, _INNER = "root", "container", "leaf", "inner"
 
 
+@without_cyclic_gc
 def trace(model: nn.Module, args: tuple, kwargs: dict | None = None, after_forward: Callable[[], None] | None = None) -> dict:
     """Trace one forward ``model(*args, **kwargs)`` into the architecture schema (module doc).
     ``after_forward`` runs after the forward, before the model's state is restored (FSDP reshards there)."""
