@@ -21,9 +21,12 @@ from typing import Optional
 from tensorboard import errors
 from tensorboard.backend.event_processing import data_provider as multiplexer_provider
 
-from tb_plugin import metadata, routes_common, run_names, series
+from tb_plugin import frame_stats, metadata, routes_common, series
 
 _MAX_RUNS = 256  # indexes kept; the least recently built go first
+#: Tags whose change means the run's frames (or its architecture) changed: every capture writes the
+#: frame statistics in the same event as its frames (see :mod:`tb_plugin.run_listing`).
+PROBE = (frame_stats.FRAME_STATS_TAG, metadata.ARCHITECTURE_TAG)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +44,7 @@ class RunFrames:
 
     fingerprint: tuple
     series: dict[tuple[str, str], FrameSeries]
+    tags: dict  # the run's Xray tags, as listed
 
     def layers(self) -> list[str]:
         return sorted({layer for layer, _ in self.series})
@@ -59,7 +63,7 @@ class RunIndex:
 
     def frames(self, ctx, experiment_id: str, run: str) -> RunFrames:
         """The run's index, rebuilt when the run's listing changed; 404 for a run without Xray data."""
-        tags = self._reader.run_tags(ctx, experiment_id, run)
+        tags = self._reader.run_tags(ctx, experiment_id, run, probe=PROBE)
         fingerprint = tuple(sorted((tag, ts.max_step, ts.max_wall_time, ts.max_length) for tag, ts in tags.items()))
         key = (experiment_id, run)
         with self._lock:
@@ -74,7 +78,7 @@ class RunIndex:
             for datum in data.get(tag, []):
                 by_step[datum.step] = datum  # a repeated step: the later datum wins
             built[key_lk] = FrameSeries(tag, sorted(by_step), by_step)
-        index = RunFrames(fingerprint, built)
+        index = RunFrames(fingerprint, built, tags)
         with self._lock:
             self._indexes.pop(key, None)
             self._indexes[key] = index
@@ -95,8 +99,16 @@ class RunIndex:
         return found
 
     def frame(self, ctx, experiment_id: str, run: str, layer: str, kind: str, step: int) -> series.Written:
-        """The frame's header and values blobs at ``step``; 404 naming the recorded steps."""
-        found = self.series_of(ctx, experiment_id, run, layer, kind)
+        """The frame's header and values blobs at ``step``; 404 naming the recorded steps.
+
+        A step the run's index already holds is read straight away, with no listing: a blob is read by
+        its step, so it is the step's last write even when the index is older. Any other step looks at
+        the run again (new data rebuilds the index)."""
+        with self._lock:
+            known = self._indexes.get((experiment_id, run))
+        found = known.series.get((layer, kind)) if known is not None else None
+        if found is None or step not in found.data:
+            found = self.series_of(ctx, experiment_id, run, layer, kind)
         datum = found.data.get(step)
         if datum is None:
             raise errors.NotFoundError(f"{layer!r} {kind!r} was not recorded at step {step}; recorded steps: {routes_common.listing(found.steps)}")
@@ -109,6 +121,4 @@ class RunIndex:
         """The blobs of one indexed point (the last write of its step)."""
         if self._via_reader:
             return self._reader.last_write(ctx, experiment_id, run, tag, datum.step)
-        with run_names.explain_unreadable(run, tag):
-            blobs = [self._provider.read_blob(ctx, blob_key=ref.blob_key) for ref in datum.values]
-        return series.Written(datum.step, datum.wall_time, blobs)
+        return series.Written(datum.step, datum.wall_time, series.read_blobs(self._provider, ctx, run, tag, datum.values, overlap=True))
