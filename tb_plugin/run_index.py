@@ -4,12 +4,15 @@ point directly instead of reading every step of its tag.
 A run's index maps ``(layer, kind)`` to the tag and ``{step: datum}``. It is rebuilt when the run's
 listing changes, that is on the first request after TensorBoard's reload saw new data for it: the
 fingerprint is every Xray tag of the run with its ``max_step``, ``max_wall_time`` and ``max_length``
-(a run rewritten with the same steps has new wall times). The listing is one cheap call; the index
-is one ``read_blob_sequences`` call for all the run's frame tags together.
+(a run rewritten with the same steps has new wall times). The listing itself is kept while the
+:data:`PROBE` tags are unchanged (:mod:`tb_plugin.run_listing`); the index is one
+``read_blob_sequences`` call for all the run's frame tags together.
 
-Blobs are then read for that one point. On the Python loader (``--load_fast=false``) they are read
-through :class:`tb_plugin.series.SeriesReader`, which makes the last write of a repeated step win
-(the index still answers which steps exist).
+A frame at a step the index holds is read with no listing at all; any other step looks at the run
+again, so a live run's new steps are found on the first request for them. Blobs are read for that
+one point. On the Python loader (``--load_fast=false``) they are read through
+:class:`tb_plugin.series.SeriesReader`, which makes the last write of a repeated step win (the index
+still answers which steps exist).
 """
 
 from __future__ import annotations

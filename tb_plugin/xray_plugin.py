@@ -2,7 +2,9 @@
 
 Each route is a pair: ``*_route(request)`` parses and validates the request, ``*_impl(ctx, ...)``
 reads through TensorBoard's data provider and returns a JSON-able body, so it can be tested without
-HTTP. Data is read per request (never cached here), so new captures show up on reload. Reading goes
+HTTP. What is derived from a run (its listing, frame index, documents, the /layers body) is kept
+only under the version of the data it came from, checked at each request by a cheap probe
+(:mod:`tb_plugin.run_listing`), so new captures show up on reload. Reading goes
 through :class:`tb_plugin.series.SeriesReader`, which makes the last write of a repeated step win
 on both of TensorBoard's loaders.
 
@@ -44,6 +46,7 @@ class XrayPlugin(base_plugin.TBPlugin):
         self._series = series.SeriesReader(context.data_provider, context.multiplexer)
         self._frames = frame_routes.FrameRoutes(context.data_provider, self._series)
         self._documents = versioned_cache.VersionedCache(_DOCUMENTS)  # (experiment, run, tag): (document,)
+        self._layers = versioned_cache.VersionedCache(_DOCUMENTS)  # (experiment, run): /layers body
         self._static = _static_root()
         responses.hide_server_paths(context.logdir, self._static)
 
@@ -97,6 +100,14 @@ class XrayPlugin(base_plugin.TBPlugin):
 
     def layers_impl(self, ctx, experiment_id: str, run: str) -> dict[str, Any]:
         index = self._frames.index.frames(ctx, experiment_id, run)  # kept while the run's frames are unchanged
+        # The body is kept too, under the listing the index was built from (the architecture's included).
+        body = self._layers.get((experiment_id, run), index.fingerprint)
+        if body is None:
+            body = self._layers_body(ctx, experiment_id, run, index)
+            self._layers.put((experiment_id, run), index.fingerprint, body)
+        return body
+
+    def _layers_body(self, ctx, experiment_id: str, run: str, index) -> dict[str, Any]:
         layers: dict[str, dict[str, list[int]]] = {}
         for (layer, kind), found in index.series.items():
             layers.setdefault(layer, {})[kind] = found.steps
