@@ -17,6 +17,7 @@ still answers which steps exist).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 from typing import Optional
@@ -105,13 +106,17 @@ class RunIndex:
         """The frame's header and values blobs at ``step``; 404 naming the recorded steps.
 
         A step the run's index already holds is read straight away, with no listing: a blob is read by
-        its step, so it is the step's last write even when the index is older. Any other step looks at
-        the run again (new data rebuilds the index)."""
+        its step, so it is the step's last write even when the index is older. Any other step, or one
+        that is gone since (a resumed run's fast loader drops later steps), looks at the run again."""
         with self._lock:
             known = self._indexes.get((experiment_id, run))
         found = known.series.get((layer, kind)) if known is not None else None
-        if found is None or step not in found.data:
-            found = self.series_of(ctx, experiment_id, run, layer, kind)
+        if found is not None and step in found.data:
+            with contextlib.suppress(errors.NotFoundError):
+                written = self.read(ctx, experiment_id, run, found.tag, found.data[step])
+                if written is not None:
+                    return written
+        found = self.series_of(ctx, experiment_id, run, layer, kind)
         datum = found.data.get(step)
         if datum is None:
             raise errors.NotFoundError(f"{layer!r} {kind!r} was not recorded at step {step}; recorded steps: {routes_common.listing(found.steps)}")
