@@ -75,7 +75,7 @@ class RunIndex:
         if known is not None and known.fingerprint == fingerprint:
             return known
         frame_tags = {parsed: tag for tag in tags if (parsed := metadata.parse_frame_tag(tag))}
-        data = self._reader.read(ctx, experiment_id, run, list(frame_tags.values())) if frame_tags else {}
+        data = self._reader.points(ctx, experiment_id, run, list(frame_tags.values())) if frame_tags else {}
         built = {}
         for key_lk, tag in frame_tags.items():
             by_step = {}

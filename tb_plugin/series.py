@@ -98,6 +98,18 @@ class SeriesReader:
         )
         return (result or {}).get(run, {})
 
+    def points(self, ctx, experiment_id: str, run: str, tags: list[str]) -> dict[str, list]:
+        """``{tag: [BlobSequenceDatum]}`` of every write, for an index. On the Python loader they come
+        straight from the multiplexer, in the order read and without blob references (blobs are read
+        there by step, :meth:`last_write`): the data provider would turn every point's blob keys into
+        strings first, seconds for a run of 10,000 captures."""
+        if self._multiplexer is None:
+            return self.read(ctx, experiment_id, run, tags)
+        return {
+            tag: [provider.BlobSequenceDatum(step=event.step, wall_time=event.wall_time, values=()) for event in _events(self._multiplexer, run, tag)]
+            for tag in tags
+        }
+
     def steps(self, ctx, experiment_id: str, run: str, tags: list[str]) -> dict[str, list[int]]:
         """``{tag: sorted steps}`` of each tag."""
         series = self.read(ctx, experiment_id, run, tags) if tags else {}
