@@ -53,17 +53,7 @@ class FrameRoutes:
         )
 
     def frame_impl(self, ctx, experiment_id: str, *, run: str, layer: str, kind: str, step: int) -> dict[str, Any]:
-        recorded_tags = frame_tags(self._reader.run_tags(ctx, experiment_id, run))
-        tag = recorded_tags.get((layer, kind))
-        if tag is None:
-            recorded = sorted({name for name, _ in recorded_tags})
-            if layer not in recorded:
-                raise errors.NotFoundError(f"run {run!r} has no layer {layer!r}; recorded layers: {routes_common.listing(recorded)}")
-            raise errors.NotFoundError(f"layer {layer!r} of run {run!r} has no {kind!r} frames")
-        written = self._reader.last_write(ctx, experiment_id, run, tag, step)
-        if written is None:
-            steps = self._reader.steps(ctx, experiment_id, run, [tag])[tag]
-            raise errors.NotFoundError(f"{layer!r} {kind!r} was not recorded at step {step}; recorded steps: {routes_common.listing(steps)}")
+        written = self.index.frame(ctx, experiment_id, run, layer, kind, step)
         header, frame = checked_frame(written.blobs[0], written.blobs[1])
         description, panels = frame_transport.describe_frame(
             header, frame, run=run, layer=layer, kind=kind, step=step, wall_time=written.wall_time
@@ -172,11 +162,6 @@ class FrameRoutes:
 def run_safe(text) -> str:
     """A file-name-safe form of a run or layer name for Content-Disposition."""
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in str(text or ""))[:80] or "xray"
-
-
-def frame_tags(tags) -> dict[tuple[str, str], str]:
-    """``{(layer, kind): tag}`` of the frame tags among ``tags``, layer names decoded."""
-    return {parsed: tag for tag in tags if (parsed := metadata.parse_frame_tag(tag))}
 
 
 def checked_frame(header_blob: bytes, values_blob: bytes):

@@ -4,15 +4,13 @@ matrix of each (run, statistic) cached until TensorBoard's data provider reports
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import threading
 from typing import Optional
 
 import numpy as np
 from tensorboard import errors
 
-from tb_plugin import health_metadata
+from tb_plugin import health_metadata, versioned_cache
 
 _CACHED = 64  # merged matrices kept (runs × statistics)
 
@@ -30,12 +28,12 @@ class Matrix:
 class HealthData:
     def __init__(self, reader):
         self.reader = reader
-        self._cache: collections.OrderedDict = collections.OrderedDict()
-        self._lock = threading.Lock()
+        self._cache = versioned_cache.VersionedCache(_CACHED)
 
-    def recorded(self, ctx, experiment_id: str, run: str) -> tuple[dict, list[str]]:
-        """The run's Xray tags and its recorded health statistics, sorted (404 when it has no Xray data)."""
-        tags = self.reader.run_tags(ctx, experiment_id, run)
+    def recorded(self, ctx, experiment_id: str, run: str, stat: Optional[str] = None) -> tuple[dict, list[str]]:
+        """The run's Xray tags and its recorded health statistics, sorted (404 when it has no Xray data).
+        With ``stat``, the listing is kept while that statistic's series is unchanged (:mod:`tb_plugin.run_listing`)."""
+        tags = self.reader.run_tags(ctx, experiment_id, run, probe=(health_metadata.series_tag(stat),) if stat else ())
         return tags, sorted(s for tag in tags if (s := health_metadata.parse_series_tag(tag)))
 
     def matrix(self, ctx, experiment_id: str, run: str, stat: str, tags: dict) -> Matrix:
@@ -44,20 +42,14 @@ class HealthData:
         listed = tags[tag]
         version = (getattr(listed, "max_step", None), getattr(listed, "max_wall_time", None), getattr(listed, "max_length", None))
         key = (experiment_id, run, stat)
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None and hit[0] == version:
-                self._cache.move_to_end(key)
-                return hit[1]
+        hit = self._cache.get(key, version)
+        if hit is not None:
+            return hit
         blocks = [health_metadata.decode_series(written.blobs) for written in self.reader.all_last_writes(ctx, experiment_id, run, tag)]
         merged = Matrix(*health_metadata.merge_blocks(blocks))
         for array in (merged.steps, merged.values, merged.present):
             array.setflags(write=False)  # shared between requests
-        with self._lock:
-            self._cache[key] = (version, merged)
-            self._cache.move_to_end(key)
-            while len(self._cache) > _CACHED:
-                self._cache.popitem(last=False)
+        self._cache.put(key, version, merged)
         return merged
 
     def latest_blob(self, ctx, experiment_id: str, run: str, tag: str, tags: dict) -> Optional[tuple[int, list[bytes]]]:

@@ -41,7 +41,7 @@ class HealthRoutes:
         return self.findings_impl(*routes_common.context(request), run=params.required_str(request.args, "run"))
 
     def health_impl(self, ctx, experiment_id: str, *, run: str, stat: str, columns: Optional[int] = None) -> dict[str, Any]:
-        tags, recorded = self._data.recorded(ctx, experiment_id, run)
+        tags, recorded = self._data.recorded(ctx, experiment_id, run, stat)
         if stat not in recorded:
             if not recorded:
                 raise no_health(run)

@@ -4,16 +4,20 @@ point directly instead of reading every step of its tag.
 A run's index maps ``(layer, kind)`` to the tag and ``{step: datum}``. It is rebuilt when the run's
 listing changes, that is on the first request after TensorBoard's reload saw new data for it: the
 fingerprint is every Xray tag of the run with its ``max_step``, ``max_wall_time`` and ``max_length``
-(a run rewritten with the same steps has new wall times). The listing is one cheap call; the index
-is one ``read_blob_sequences`` call for all the run's frame tags together.
+(a run rewritten with the same steps has new wall times). The listing itself is kept while the
+:data:`PROBE` tags are unchanged (:mod:`tb_plugin.run_listing`); the index is one
+``read_blob_sequences`` call for all the run's frame tags together.
 
-Blobs are then read for that one point. On the Python loader (``--load_fast=false``) they are read
-through :class:`tb_plugin.series.SeriesReader`, which makes the last write of a repeated step win
-(the index still answers which steps exist).
+A frame at a step the index holds is read with no listing at all; any other step looks at the run
+again, so a live run's new steps are found on the first request for them. Blobs are read for that
+one point. On the Python loader (``--load_fast=false``) they are read through
+:class:`tb_plugin.series.SeriesReader`, which makes the last write of a repeated step win (the index
+still answers which steps exist).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 from typing import Optional
@@ -21,9 +25,12 @@ from typing import Optional
 from tensorboard import errors
 from tensorboard.backend.event_processing import data_provider as multiplexer_provider
 
-from tb_plugin import metadata, routes_common, run_names, series
+from tb_plugin import frame_stats, metadata, routes_common, series
 
 _MAX_RUNS = 256  # indexes kept; the least recently built go first
+#: Tags whose change means the run's frames (or its architecture) changed: every capture writes the
+#: frame statistics in the same event as its frames (see :mod:`tb_plugin.run_listing`).
+PROBE = (frame_stats.FRAME_STATS_TAG, metadata.ARCHITECTURE_TAG)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +48,7 @@ class RunFrames:
 
     fingerprint: tuple
     series: dict[tuple[str, str], FrameSeries]
+    tags: dict  # the run's Xray tags, as listed
 
     def layers(self) -> list[str]:
         return sorted({layer for layer, _ in self.series})
@@ -59,7 +67,7 @@ class RunIndex:
 
     def frames(self, ctx, experiment_id: str, run: str) -> RunFrames:
         """The run's index, rebuilt when the run's listing changed; 404 for a run without Xray data."""
-        tags = self._reader.run_tags(ctx, experiment_id, run)
+        tags = self._reader.run_tags(ctx, experiment_id, run, probe=PROBE)
         fingerprint = tuple(sorted((tag, ts.max_step, ts.max_wall_time, ts.max_length) for tag, ts in tags.items()))
         key = (experiment_id, run)
         with self._lock:
@@ -67,14 +75,14 @@ class RunIndex:
         if known is not None and known.fingerprint == fingerprint:
             return known
         frame_tags = {parsed: tag for tag in tags if (parsed := metadata.parse_frame_tag(tag))}
-        data = self._reader.read(ctx, experiment_id, run, list(frame_tags.values())) if frame_tags else {}
+        data = self._reader.points(ctx, experiment_id, run, list(frame_tags.values())) if frame_tags else {}
         built = {}
         for key_lk, tag in frame_tags.items():
             by_step = {}
             for datum in data.get(tag, []):
                 by_step[datum.step] = datum  # a repeated step: the later datum wins
             built[key_lk] = FrameSeries(tag, sorted(by_step), by_step)
-        index = RunFrames(fingerprint, built)
+        index = RunFrames(fingerprint, built, tags)
         with self._lock:
             self._indexes.pop(key, None)
             self._indexes[key] = index
@@ -95,7 +103,19 @@ class RunIndex:
         return found
 
     def frame(self, ctx, experiment_id: str, run: str, layer: str, kind: str, step: int) -> series.Written:
-        """The frame's header and values blobs at ``step``; 404 naming the recorded steps."""
+        """The frame's header and values blobs at ``step``; 404 naming the recorded steps.
+
+        A step the run's index already holds is read straight away, with no listing: a blob is read by
+        its step, so it is the step's last write even when the index is older. Any other step, or one
+        that is gone since (a resumed run's fast loader drops later steps), looks at the run again."""
+        with self._lock:
+            known = self._indexes.get((experiment_id, run))
+        found = known.series.get((layer, kind)) if known is not None else None
+        if found is not None and step in found.data:
+            with contextlib.suppress(errors.NotFoundError):
+                written = self.read(ctx, experiment_id, run, found.tag, found.data[step])
+                if written is not None:
+                    return written
         found = self.series_of(ctx, experiment_id, run, layer, kind)
         datum = found.data.get(step)
         if datum is None:
@@ -109,6 +129,4 @@ class RunIndex:
         """The blobs of one indexed point (the last write of its step)."""
         if self._via_reader:
             return self._reader.last_write(ctx, experiment_id, run, tag, datum.step)
-        with run_names.explain_unreadable(run, tag):
-            blobs = [self._provider.read_blob(ctx, blob_key=ref.blob_key) for ref in datum.values]
-        return series.Written(datum.step, datum.wall_time, blobs)
+        return series.Written(datum.step, datum.wall_time, series.read_blobs(self._provider, ctx, run, tag, datum.values, overlap=True))

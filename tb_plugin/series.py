@@ -27,7 +27,7 @@ from tensorboard.backend.event_processing import data_provider as multiplexer_pr
 from tensorboard.data import provider
 from tensorboard.util import tensor_util
 
-from tb_plugin import metadata, run_names
+from tb_plugin import metadata, run_listing, run_names
 
 #: Blob reads in flight at once when a whole series is read (each is a round trip to the data server).
 BLOB_READERS = 8
@@ -52,6 +52,7 @@ class SeriesReader:
         self._provider = data_provider
         uses_multiplexer = isinstance(data_provider, multiplexer_provider.MultiplexerDataProvider)
         self._multiplexer = multiplexer if uses_multiplexer else None
+        self.listings = run_listing.ListingCache(self)
 
     def list(self, ctx, experiment_id: str, run: Optional[str] = None) -> dict[str, dict]:
         """``{run: {tag: BlobSequenceTimeSeries}}`` of the Xray tags whose content version we read."""
@@ -64,12 +65,27 @@ class SeriesReader:
             for run_name, tags in (listing or {}).items()
         }
 
-    def run_tags(self, ctx, experiment_id: str, run: str) -> dict:
-        """The Xray tags of ``run``; 404 when it has none."""
+    def run_tags(self, ctx, experiment_id: str, run: str, probe: tuple[str, ...] = ()) -> dict:
+        """The Xray tags of ``run``; 404 when it has none. With ``probe``, a listing kept while those
+        tags are unchanged (:mod:`tb_plugin.run_listing`)."""
+        if probe:
+            return self.listings.run_tags(ctx, experiment_id, run, probe)
         tags = self.list(ctx, experiment_id, run).get(run)
         if not tags:
             raise errors.NotFoundError(f"no Xray data for run {run!r}")
         return tags
+
+    def versions(self, ctx, experiment_id: str, run: str, tags: tuple[str, ...]) -> dict[str, tuple]:
+        """``{tag: version}`` of those of ``tags`` that ``run`` has: a value that changes when the tag gets
+        new data. One small listing on the fast loader; the last point of each tag on the Python loader
+        (the provider's listing would walk every point there)."""
+        if self._multiplexer is not None:
+            found = {tag: _events(self._multiplexer, run, tag) for tag in tags}
+            return {tag: (len(events), events[-1].step, events[-1].wall_time) for tag, events in found.items() if events}
+        listing = self._provider.list_blob_sequences(
+            ctx, experiment_id=experiment_id, plugin_name=metadata.PLUGIN_NAME, run_tag_filter=provider.RunTagFilter(runs=[run], tags=list(tags))
+        )
+        return {tag: (ts.max_step, ts.max_wall_time, ts.max_length) for tag, ts in (listing or {}).get(run, {}).items()}
 
     def read(self, ctx, experiment_id: str, run: str, tags: list[str]) -> dict[str, list]:
         """``{tag: [BlobSequenceDatum]}``: every step of each tag, once, sorted."""
@@ -81,6 +97,18 @@ class SeriesReader:
             run_tag_filter=provider.RunTagFilter(runs=[run], tags=tags),
         )
         return (result or {}).get(run, {})
+
+    def points(self, ctx, experiment_id: str, run: str, tags: list[str]) -> dict[str, list]:
+        """``{tag: [BlobSequenceDatum]}`` of every write, for an index. On the Python loader they come
+        straight from the multiplexer, in the order read and without blob references (blobs are read
+        there by step, :meth:`last_write`): the data provider would turn every point's blob keys into
+        strings first, seconds for a run of 10,000 captures."""
+        if self._multiplexer is None:
+            return self.read(ctx, experiment_id, run, tags)
+        return {
+            tag: [provider.BlobSequenceDatum(step=event.step, wall_time=event.wall_time, values=()) for event in _events(self._multiplexer, run, tag)]
+            for tag in tags
+        }
 
     def steps(self, ctx, experiment_id: str, run: str, tags: list[str]) -> dict[str, list[int]]:
         """``{tag: sorted steps}`` of each tag."""
@@ -118,9 +146,17 @@ class SeriesReader:
     def _fetch(self, ctx, run: str, tag: str, datum) -> Optional[Written]:
         if datum is None:
             return None
-        with run_names.explain_unreadable(run, tag):
-            blobs = [self._provider.read_blob(ctx, blob_key=ref.blob_key) for ref in datum.values]
-        return Written(datum.step, datum.wall_time, blobs)
+        return Written(datum.step, datum.wall_time, read_blobs(self._provider, ctx, run, tag, datum.values))
+
+
+def read_blobs(data_provider, ctx, run: str, tag: str, refs, *, overlap: bool = False) -> list[bytes]:
+    """The blobs of ``refs`` (``BlobReference``s). With ``overlap``, they are read at once on the blob
+    threads: on the fast loader each read waits about 40 ms for a delayed TCP acknowledgement, and
+    reads in flight together wait once (never from a blob thread itself)."""
+    with run_names.explain_unreadable(run, tag):
+        if overlap and len(refs) > 1:
+            return list(_blob_readers().map(lambda ref: data_provider.read_blob(ctx, blob_key=ref.blob_key), refs))
+        return [data_provider.read_blob(ctx, blob_key=ref.blob_key) for ref in refs]
 
 
 @functools.lru_cache(maxsize=1)

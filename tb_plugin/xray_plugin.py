@@ -2,7 +2,9 @@
 
 Each route is a pair: ``*_route(request)`` parses and validates the request, ``*_impl(ctx, ...)``
 reads through TensorBoard's data provider and returns a JSON-able body, so it can be tested without
-HTTP. Data is read per request (never cached here), so new captures show up on reload. Reading goes
+HTTP. What is derived from a run (its listing, frame index, documents, the /layers body) is kept
+only under the version of the data it came from, checked at each request by a cheap probe
+(:mod:`tb_plugin.run_listing`), so new captures show up on reload. Reading goes
 through :class:`tb_plugin.series.SeriesReader`, which makes the last write of a repeated step win
 on both of TensorBoard's loaders.
 
@@ -22,7 +24,10 @@ from typing import Any, Optional
 from tensorboard import errors
 from tensorboard.plugins import base_plugin
 
-from tb_plugin import bias_routes, frame_routes, health_routes, metadata, params, responses, routes_common, series
+from tb_plugin import bias_routes, frame_routes, health_routes, metadata, params, responses, routes_common, series, versioned_cache
+
+
+_DOCUMENTS = 512  # meta documents kept (runs × tags); the least recently used go first
 
 
 def _static_root() -> Path:
@@ -40,6 +45,8 @@ class XrayPlugin(base_plugin.TBPlugin):
         self._provider = context.data_provider
         self._series = series.SeriesReader(context.data_provider, context.multiplexer)
         self._frames = frame_routes.FrameRoutes(context.data_provider, self._series)
+        self._documents = versioned_cache.VersionedCache(_DOCUMENTS)  # (experiment, run, tag): (document,)
+        self._layers = versioned_cache.VersionedCache(_DOCUMENTS)  # (experiment, run): /layers body
         self._static = _static_root()
         responses.hide_server_paths(context.logdir, self._static)
 
@@ -92,13 +99,19 @@ class XrayPlugin(base_plugin.TBPlugin):
         return {"runs": sorted(run for run, tags in listing.items() if tags)}
 
     def layers_impl(self, ctx, experiment_id: str, run: str) -> dict[str, Any]:
-        tags = self._run_tags(ctx, experiment_id, run)
-        frame_tags = frame_routes.frame_tags(tags)
-        steps = self._series.steps(ctx, experiment_id, run, list(frame_tags.values()))
+        index = self._frames.index.frames(ctx, experiment_id, run)  # kept while the run's frames are unchanged
+        # The body is kept too, under the listing the index was built from (the architecture's included).
+        body = self._layers.get((experiment_id, run), index.fingerprint)
+        if body is None:
+            body = self._layers_body(ctx, experiment_id, run, index)
+            self._layers.put((experiment_id, run), index.fingerprint, body)
+        return body
+
+    def _layers_body(self, ctx, experiment_id: str, run: str, index) -> dict[str, Any]:
         layers: dict[str, dict[str, list[int]]] = {}
-        for (layer, kind), tag in frame_tags.items():
-            layers.setdefault(layer, {})[kind] = steps[tag]
-        architecture = self._document(ctx, experiment_id, run, metadata.ARCHITECTURE_TAG, tags)
+        for (layer, kind), found in index.series.items():
+            layers.setdefault(layer, {})[kind] = found.steps
+        architecture = self._document(ctx, experiment_id, run, metadata.ARCHITECTURE_TAG, index.tags)
         types = metadata.module_types(architecture)
         names = sorted(layers, key=metadata.layer_sort_key(architecture))
         return {
@@ -129,9 +142,18 @@ class XrayPlugin(base_plugin.TBPlugin):
         return self._series.run_tags(ctx, experiment_id, run)
 
     def _document(self, ctx, experiment_id: str, run: str, tag: str, tags: dict) -> Any:
-        """The document written last under a meta tag, or None."""
-        written = self._series.latest(ctx, experiment_id, run, tag) if tag in tags else None
-        return json.loads(written.blobs[0]) if written is not None else None
+        """The document written last under a meta tag, or None; kept while the tag's listing is unchanged."""
+        if tag not in tags:
+            return None
+        listed = tags[tag]
+        version, key = (listed.max_step, listed.max_wall_time, listed.max_length), (experiment_id, run, tag)
+        known = self._documents.get(key, version)
+        if known is not None:
+            return known[0]
+        written = self._series.latest(ctx, experiment_id, run, tag)
+        document = json.loads(written.blobs[0]) if written is not None else None
+        self._documents.put(key, version, (document,))
+        return document
 
 
 class XrayLoader(base_plugin.TBLoader):
