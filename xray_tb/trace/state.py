@@ -135,6 +135,8 @@ class _ModuleSnapshot:
             registry = attributes.get(name)
             if isinstance(registry, (dict, set)) and (registry or name in saved):
                 _put_back(registry, saved.get(name, _EMPTY))
+            elif isinstance(registry, dict) and name in _HOOK_REGISTRIES:
+                registry.clear()  # empty again: drop the table our hooks grew (about 1 KB a module)
         current = vars(self.module)
         if current.keys() == attributes.keys() and all(map(operator.is_, current.values(), attributes.values())):
             return  # the common case: nothing set, same order
