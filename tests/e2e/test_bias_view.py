@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -130,9 +129,8 @@ def test_the_table_follows_the_timeline_and_the_url(url, page, reports):
     expect(column).to_have_attribute("data-step", str(steps[1]))
     expect(column.locator("svg.xray-bias-chart")).to_have_attribute("data-step", str(steps[1]))
     expect_cell(column, reports[BIASED][steps[1]], "mask: patch")
-    deadline = time.monotonic() + 10
-    while f"p.xray.step={steps[1]}" not in page.url and time.monotonic() < deadline:
-        time.sleep(0.1)
+    # Polled in the page: time.sleep() here would not let Playwright see the URL change.
+    page.wait_for_function("step => location.href.includes(`p.xray.step=${step}`)", arg=steps[1], timeout=10_000)
     assert f"p.xray.step={steps[1]}" in page.url and "p.xray.view=bias" in page.url
     assert page.xray_errors == []
 
