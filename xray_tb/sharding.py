@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Iterator, Optional
 
@@ -29,6 +30,7 @@ class UnsupportedLayout(ValueError):
     """A DTensor whose rows Xray cannot assign to ranks (only Shard(0) and Replicate placements)."""
 
 
+@functools.lru_cache(maxsize=None)  # asked for every planned tensor at every capture: import once
 def _dtensor_type() -> Optional[type]:
     try:
         from torch.distributed.tensor import DTensor
@@ -118,6 +120,7 @@ def type_name(module: nn.Module) -> str:
     return cls.__name__
 
 
+@functools.lru_cache(maxsize=None)
 def _fsdp_module_type() -> Optional[type]:
     try:
         from torch.distributed.fsdp import FSDPModule
