@@ -60,8 +60,8 @@ def record_small(run_dir: Path, *, seed: int, steps=CAPTURE_STEPS, nonfinite: bo
     with ``nonfinite``, conv1's weight is given a NaN, a +Inf and a -Inf first (and only the weight is
     recorded, at the first step). Returns the run_id of the recording."""
     import torch
-    from torch.nn import functional as F
 
+    from tests.helpers.training import train_on_6x6
     from xray_tb import Xray
 
     model = small_net(seed)
@@ -73,13 +73,7 @@ def record_small(run_dir: Path, *, seed: int, steps=CAPTURE_STEPS, nonfinite: bo
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     g = torch.Generator().manual_seed(seed)
     with Xray(model, input_size=(1, 6, 6), logdir=str(run_dir), plan=plan) as xray:
-        for step in range(steps[-1] + 1):
-            x, y = torch.randn(8, 1, 6, 6, generator=g), torch.randint(0, 3, (8,), generator=g)
-            optimizer.zero_grad()
-            F.cross_entropy(model(x), y).backward()
-            if step in steps:
-                xray.take_graphs(step)
-            optimizer.step()
+        train_on_6x6(model, optimizer, g, range(steps[-1] + 1), lambda step: xray.take_graphs(step) if step in steps else None)
         return xray.run_id
 
 

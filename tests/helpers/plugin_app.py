@@ -9,21 +9,15 @@ from tensorboard import program
 from tensorboard.backend import application
 from tensorboard.backend.event_processing import data_ingester
 from tensorboard.plugins.core import core_plugin
-from torch import nn
-from torch.nn import functional as F
 from werkzeug import test as wtest
 from werkzeug import wrappers
 
 from tb_plugin import xray_plugin
+from tests.helpers.training import tiny_model, train_on_6x6
 from xray_tb import Xray
 
 PREFIX = "/data/plugin/xray"
 CAPTURES = 50
-
-
-def tiny_model():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
 
 
 def record(logdir, captures=CAPTURES):
@@ -32,12 +26,7 @@ def record(logdir, captures=CAPTURES):
     plan = {"0": {"weight": True, "output": True, "activation": True, "grad": True}, "3": {"weight": True, "output": True}}
     g = torch.Generator().manual_seed(0)
     with Xray(model, input_size=(1, 6, 6), logdir=str(logdir), plan=plan) as xray:
-        for step in range(captures):
-            x, y = torch.randn(8, 1, 6, 6, generator=g), torch.randint(0, 3, (8,), generator=g)
-            optimizer.zero_grad()
-            F.cross_entropy(model(x), y).backward()
-            xray.take_graphs(step * 10)
-            optimizer.step()
+        train_on_6x6(model, optimizer, g, range(captures), lambda step: xray.take_graphs(step * 10))
     return model
 
 

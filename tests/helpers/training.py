@@ -1,4 +1,5 @@
-"""A small CNN, its batches and training step, and a snapshot of a model's state, shared by the recorder tests."""
+"""A small CNN, its batches and training step, a tiny conv net and its training loop on 6x6 batches,
+and a snapshot of a model's state, shared by the tests."""
 
 from __future__ import annotations
 
@@ -58,3 +59,21 @@ def assert_same_state(before, after):
         assert grad is None or torch.equal(grad, after["grads"][key]), key
     assert before["training"] == after["training"]
     assert torch.equal(before["rng"], after["rng"])
+
+
+def tiny_model():
+    """Conv (4 filters) -> ReLU -> Flatten -> Linear(144, 3), seeded, for 1x6x6 inputs."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+
+
+def train_on_6x6(model, optimizer, generator, steps, after_backward):
+    """One optimizer step per step in ``steps``, on a random 8x1x6x6 batch of 3 classes drawn from
+    ``generator``; ``after_backward(step)`` runs between the backward and the optimizer step, where
+    ``take_graphs()`` goes."""
+    for step in steps:
+        x, y = torch.randn(8, 1, 6, 6, generator=generator), torch.randint(0, 3, (8,), generator=generator)
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        after_backward(step)
+        optimizer.step()

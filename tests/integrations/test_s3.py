@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from tests.damaged_files import damage_file, record_spans
+from tests.helpers.training import tiny_model, train_on_6x6
 from tests.tensorboard_server import get_json, tensorboard
 from xray_tb import DamagedEventFileWarning, UploadIncompleteError, UploadWarning, Xray, open_run
 from xray_tb.selectors import KeepAll
@@ -28,22 +29,10 @@ pytestmark = pytest.mark.s3
 PLAN = {"0": {"weight": True, "weight_grad": True, "output": True, "grad": True}, "3": {"weight": True, "output": True}}
 
 
-def tiny_model() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
-
-
 def train(model: nn.Module, xrays: list, steps: int) -> None:
     """A few SGD steps, each captured by every Xray in ``xrays``."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    generator = torch.Generator().manual_seed(1)
-    for step in range(steps):
-        x, y = torch.randn(8, 1, 6, 6, generator=generator), torch.randint(0, 3, (8,), generator=generator)
-        optimizer.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        for xray in xrays:
-            xray.take_graphs(step)
-        optimizer.step()
+    train_on_6x6(model, optimizer, torch.Generator().manual_seed(1), range(steps), lambda step: [xray.take_graphs(step) for xray in xrays])
 
 
 def keys(client, prefix: str = "", bucket: str = "xray") -> list[str]:

@@ -13,9 +13,9 @@ from tensorboard import context, errors, program
 from tensorboard.backend.event_processing import data_ingester
 from tensorboard.plugins.core import core_plugin
 from torch import nn
-from torch.nn import functional as F
 
 from tb_plugin import frame_transport, metadata, run_index, series, xray_plugin
+from tests.helpers.training import train_on_6x6
 from tests.plugin import http_client
 from tests.tensorboard_server import tensorboard
 from xray_tb import Xray, open_run
@@ -35,13 +35,7 @@ def record(run_dir, *, dtype="float32", steps=STEPS, seed=0):
     g = torch.Generator().manual_seed(seed)
 
     def train(upto):
-        for step in range(upto[0], upto[-1] + 1):
-            x, y = torch.randn(8, 1, 6, 6, generator=g), torch.randint(0, 3, (8,), generator=g)
-            optimizer.zero_grad()
-            F.cross_entropy(model(x), y).backward()
-            if step in upto:
-                xray.take_graphs(step)
-            optimizer.step()
+        train_on_6x6(model, optimizer, g, range(upto[0], upto[-1] + 1), lambda step: xray.take_graphs(step) if step in upto else None)
 
     train(steps)
     return xray, train
