@@ -14,6 +14,7 @@ from xray_tb.capture.capture import MISSING_REASONS, CaptureContext, CaptureRepo
 from xray_tb.capture.hooks import TapRecorder
 from xray_tb.capture.probe import run_probe
 from xray_tb.capture.selectors import Selector
+from xray_tb import sharding
 from xray_tb.capture.sharded import gather_selected
 from xray_tb.distributed import Group
 from xray_tb.recording import Recording
@@ -38,6 +39,7 @@ class Capturer:
         self.modules: dict = {}
         self.plan_version = 0
         self.warned: set = set()
+        self.sharded = False  # whether the model has sharded (FSDP) parameters: known when a plan is installed
 
     # The plan -------------------------------------------------------------------------------------
 
@@ -71,6 +73,7 @@ class Capturer:
             recorder.owner = recording.recorder.owner  # the same training thread
             recording.recorder.remove()
         recording.recorder, self.plan, self.activations, self.modules = recorder, normalized, activations, modules
+        self.sharded = sharding.any_sharded(recording.model.parameters())
 
     def write_plan(self) -> None:
         """Write the plan in force to the run, as the next plan version."""
@@ -88,7 +91,10 @@ class Capturer:
 
     def gather_shards(self, step: int) -> dict:
         """The selected rows of the plan's sharded parameters (FSDP); every rank calls it at every capture,
-        the ranks that write no frames too (see :mod:`xray_tb.capture.sharded`)."""
+        the ranks that write no frames too (see :mod:`xray_tb.capture.sharded`). Without sharded
+        parameters, nothing: no scan of the plan at every capture."""
+        if not self.sharded:
+            return {}
         return gather_selected(self.group, step, self.plan, self.modules, self.selector)
 
     def record(self, step: int) -> tuple[CaptureReport, dict]:
