@@ -18,6 +18,10 @@ measures over HTTP:
 * TensorBoard's resident memory: the sum over its process tree (the data server included);
 * event bytes per capture: the run's event files over the number of captures.
 
+It first prints whether Linux acknowledges loopback segments at once (``quickack`` on the route to
+127.0.0.1): the fast loader's calls wait about 40 ms each for a delayed acknowledgement unless it
+does (docs/performance.md, "Long runs"), so the fast loader's figures depend on it.
+
 The data-provider calls each route makes are counted by ``tests/plugin/test_reads_per_request.py``.
 """
 
@@ -28,6 +32,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -153,6 +158,18 @@ def run_bytes(run_dir: Path) -> int:
     return sum(path.stat().st_size for path in run_dir.rglob("*") if path.is_file())
 
 
+def loopback_quickack() -> str:
+    """``on`` or ``off``: whether the route to 127.0.0.1 acknowledges at once (``quickack 1``), or why unknown."""
+    try:
+        routes = subprocess.run(["ip", "route", "show", "table", "local"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"unknown ({type(error).__name__})"
+    line = next((line for line in routes.splitlines() if line.split()[:2] == ["local", "127.0.0.1"]), None)
+    if line is None:
+        return "unknown (no local route to 127.0.0.1 listed)"
+    return "on" if "quickack 1" in line else "off"
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--captures", default="1000,10000", help="comma-separated capture counts, one run each")
@@ -166,6 +183,7 @@ def main(argv=None) -> None:
     logdir = args.logdir or Path(tempfile.mkdtemp(prefix="xray_long_"))
     # TensorBoard runs in the logdir: this checkout's plugin must shadow an installed one.
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    print(f"loopback quickack: {loopback_quickack()} (off is Linux's default: delayed acknowledgements)", flush=True)
     rows = []
     for captures in (int(part) for part in args.captures.split(",")):
         run = f"long{captures}"
