@@ -54,7 +54,8 @@ def local(tensor: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
 
 
 def any_sharded(tensors) -> bool:
-    return any(is_sharded(tensor) for tensor in tensors)
+    dtensor = _dtensor_type()
+    return dtensor is not None and any(isinstance(tensor, dtensor) for tensor in tensors)
 
 
 def row_parts(tensor: torch.Tensor) -> dict[int, tuple[int, int]]:

@@ -47,7 +47,8 @@ class Capturer:
         """The validated plan, its activation sources, an unarmed recorder for it, and the modules
         by name as they are now."""
         model, traced = self.recording.model, self.recording.graph
-        normalized = plans.normalize_plan(plan, traced, model)
+        modules = dict(model.named_modules())
+        normalized = plans.normalize_plan(plan, traced, model, modules)
         grads_planned = any(kinds["grad"] for kinds in normalized.values())
         if self.probe is not None and grads_planned and self.loss_fn is None:
             raise ValueError("the plan records 'grad' on the probe batch: give loss_fn= (called as loss_fn(output, y))")
@@ -56,7 +57,6 @@ class Capturer:
         }
         taps = {graph.Tap(layer) for layer, kinds in normalized.items() if kinds["output"] or kinds["grad"]}
         taps |= {source.tap for source in activations.values()}
-        modules = dict(model.named_modules())
         recorder = TapRecorder(
             model,
             modules,

@@ -47,8 +47,11 @@ def draft_plan(index: graph.Graph) -> dict[str, dict[str, bool]]:
     return plan
 
 
-def normalize_plan(plan: PlanLike, index: graph.Graph, model: nn.Module) -> dict[str, dict[str, bool]]:
-    """A validated full plan (every kind present, aliases resolved) for the layers ``plan`` names.
+def normalize_plan(
+    plan: PlanLike, index: graph.Graph, model: nn.Module, modules: Mapping[str, nn.Module] | None = None
+) -> dict[str, dict[str, bool]]:
+    """A validated full plan (every kind present, aliases resolved) for the layers ``plan`` names;
+    ``modules`` is ``dict(model.named_modules())`` when the caller has it already.
 
     Raises:
         ValueError: a layer that does not exist or is never called in the forward (naming close
@@ -58,7 +61,7 @@ def normalize_plan(plan: PlanLike, index: graph.Graph, model: nn.Module) -> dict
     if isinstance(plan, str) or not isinstance(plan, (Mapping, list, tuple, set, frozenset)):
         raise TypeError(f"a plan is a dict {{layer: {{kind: bool}}}} or a list of layer names, got {type(plan).__name__}")
     draft = draft_plan(index)
-    modules = dict(model.named_modules())
+    modules = dict(model.named_modules()) if modules is None else modules
     result: dict[str, dict[str, bool]] = {}
     for layer in plan:
         _check_layer(layer, draft, modules)

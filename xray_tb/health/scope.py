@@ -111,7 +111,7 @@ class Scope:
 
 def _why_not_prunable(name: str, module: nn.Module, source: ActivationSource, activation: str, graph: Graph) -> Optional[str]:
     layer_type = sharding.type_name(module)
-    if sharding.any_sharded(module.parameters(recurse=False)):
+    if sharding.any_sharded(module._parameters.values()):  # its own, as parameters(recurse=False)
         return "its weights are sharded (FSDP): torch.nn.utils.prune masks plain parameters only"
     if layer_type not in PRUNABLE_TYPES:
         return f"{layer_type} weights are not masked by unit"

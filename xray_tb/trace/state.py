@@ -98,17 +98,16 @@ class _ModuleSnapshot:
     def _take(self, hooks: Optional[dict[str, Any]] = None) -> None:
         """Record the module's state now; ``hooks`` replaces the recorded hook registries."""
         module = self.module
-        self.attributes = dict(vars(module))
+        attributes = self.attributes = vars(module).copy()
         # Only the non-empty ones (most are empty): an absent entry means empty. A ScriptModule's
         # registries are wrappers of its C++ state, not dicts: left alone.
-        self.registries = {
-            name: _save(r) for name in _REGISTRIES if isinstance(r := self.attributes.get(name), (dict, set)) and r
-        }
+        self.registries = {name: _save(r) for name in _REGISTRIES if (r := attributes.get(name)) and isinstance(r, (dict, set))}
         if hooks is not None:
             self.registries.update(hooks)
         # Buffer values: always copied back, kernels such as batch_norm update them without a version bump.
-        self.buffers = [(b, b.detach().clone()) for b in module._buffers.values() if b is not None and not is_lazy(b)]
-        self.versions = [(n, p, p._version) for n, p in module._parameters.items() if p is not None and not is_lazy(p)]
+        buffers, parameters = module._buffers, module._parameters
+        self.buffers = [(b, b.detach().clone()) for b in buffers.values() if b is not None and not is_lazy(b)] if buffers else []
+        self.versions = [(n, p, p._version) for n, p in parameters.items() if p is not None and not is_lazy(p)] if parameters else []
 
     def watch_materialisation(self) -> RemovableHandle:
         """A forward pre-hook, run after the lazy module's own, that retakes the snapshot once the
@@ -133,9 +132,10 @@ class _ModuleSnapshot:
         saved = self.registries
         for name in _REGISTRIES:
             registry = attributes.get(name)
-            if isinstance(registry, (dict, set)) and (registry or name in saved):
-                _put_back(registry, saved.get(name, _EMPTY))
-            elif isinstance(registry, dict) and name in _HOOK_REGISTRIES:
+            if registry or name in saved:
+                if isinstance(registry, (dict, set)):
+                    _put_back(registry, saved.get(name, _EMPTY))
+            elif name in _HOOK_REGISTRIES and isinstance(registry, dict):
                 registry.clear()  # empty again: drop the table our hooks grew (about 1 KB a module)
         current = vars(self.module)
         if current.keys() == attributes.keys() and all(map(operator.is_, current.values(), attributes.values())):

@@ -167,6 +167,8 @@ def trace(model: nn.Module, args: tuple, kwargs: dict | None = None, after_forwa
 
 # ----------------------------------------------------------------------------- helpers
 
+_no_torch_function = torch._C.DisableTorchFunction  # no torch-function mode or subclass handling inside
+
 
 def _tensors(obj: Any) -> list[torch.Tensor]:
     """Tensors in ``obj``, flattened depth-first through tuples, lists and dict values."""
@@ -210,7 +212,8 @@ class _Recorder:
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
-        self.names = {id(m): name for name, m in model.named_modules()}
+        self._modules = dict(model.named_modules())
+        self.names = {id(m): name for name, m in self._modules.items()}
         self.busy = False  # True while our own hook code runs: the mode then records nothing
         self.stack: list[tuple[str, str, dict | None]] = []  # (kind, module name, leaf node)
         self.nodes: list[dict] = []
@@ -226,7 +229,6 @@ class _Recorder:
         self._calls: dict[str, int] = {}
         self._op_counts: dict[str, int] = {}
         self._params: dict[int, int] = {}
-        self._modules = dict(model.named_modules())
         # (leaf call node, [(output tensor, its version counter when the call returned)])
         self._returned: list[tuple[dict, list[tuple[torch.Tensor, int | None]]]] = []
 
@@ -325,10 +327,13 @@ class _Recorder:
         return self._add_node(node, self.sources(inputs))
 
     def _param_count(self, module: nn.Module) -> int:
-        """Parameter count of ``module``, recursively (cached)."""
-        if id(module) not in self._params:
-            self._params[id(module)] = sum(p.numel() for p in module.parameters())
-        return self._params[id(module)]
+        """Parameter count of ``module``, recursively, each parameter once (cached)."""
+        count = self._params.get(id(module))
+        if count is None:
+            # A module without children (most leaves) needs no walk of its submodules.
+            params = dict.fromkeys(module._parameters.values()) if not module._modules else module.parameters()
+            count = self._params[id(module)] = sum(p.numel() for p in params if p is not None)
+        return count
 
     def exit_module(self, outputs: list[torch.Tensor]) -> None:
         """Pop a frame; a leaf call's node gets its outputs."""
@@ -459,17 +464,21 @@ def _hooks(model: nn.Module, recorder: _Recorder) -> Iterator[None]:
     count as part of the call (inside a leaf: no nodes).
     """
 
+    # Torch functions are off while they run: each tensor attribute they read (shape, grad_fn,
+    # _version) would otherwise be one more call of the recording mode, about six per module.
     def pre_hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
         recorder.busy = True
         try:
-            recorder.enter_module(module, _tensors((args, kwargs)))
+            with _no_torch_function():
+                recorder.enter_module(module, _tensors((args, kwargs)))
         finally:
             recorder.busy = False
 
     def post_hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         recorder.busy = True
         try:
-            recorder.exit_module(_tensors(output))
+            with _no_torch_function():
+                recorder.exit_module(_tensors(output))
         finally:
             recorder.busy = False
 
