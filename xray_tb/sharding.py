@@ -114,7 +114,11 @@ def _coordinates(shape) -> Iterator[list[int]]:
 
 def type_name(module: nn.Module) -> str:
     """``type(module).__name__``, seen through FSDP's ``FSDP<Class>`` subclass (``"Linear"``, not ``"FSDPLinear"``)."""
-    cls = type(module)
+    return _class_name(type(module))
+
+
+@functools.lru_cache(maxsize=None)  # asked twice per module call while tracing
+def _class_name(cls: type) -> str:
     fsdp = _fsdp_module_type()
     if fsdp is not None and issubclass(cls, fsdp):
         cls = next((base for base in cls.__mro__ if not issubclass(base, fsdp)), cls)

@@ -24,8 +24,18 @@ ALIASES = {"layer": "output"}
 PlanLike = Union[Mapping[str, Mapping[str, bool]], Iterable[str]]
 
 
+_NOTHING = dict.fromkeys(KINDS, False)
+#: The kinds that read each parameter of a layer: ``{"weight": [...], "bias": [...]}``.
+_PARAMETER_READERS = {
+    parameter: [kind for kind, (name, _) in PARAMETER_KINDS.items() if name == parameter] for parameter in ("weight", "bias")
+}
+
+
 def _entry(**on: bool) -> dict[str, bool]:
-    return {kind: bool(on.get(kind, False)) for kind in KINDS}
+    entry = dict(_NOTHING)
+    for kind, value in on.items():
+        entry[kind] = bool(value)
+    return entry
 
 
 def _has_parameter(module: nn.Module, name: str) -> bool:
@@ -60,12 +70,13 @@ def normalize_plan(
     """
     if isinstance(plan, str) or not isinstance(plan, (Mapping, list, tuple, set, frozenset)):
         raise TypeError(f"a plan is a dict {{layer: {{kind: bool}}}} or a list of layer names, got {type(plan).__name__}")
-    draft = draft_plan(index)
+    called = index.layers  # the layers a plan may name
+    draft = None if isinstance(plan, Mapping) else draft_plan(index)
     modules = dict(model.named_modules()) if modules is None else modules
     result: dict[str, dict[str, bool]] = {}
     for layer in plan:
-        _check_layer(layer, draft, modules)
-        if isinstance(plan, Mapping):
+        _check_layer(layer, called, modules)
+        if draft is None:
             entry = _parse_entry(layer, plan[layer])
         else:
             entry = dict(draft[layer]) if any(draft[layer].values()) else _entry(output=True)
@@ -74,28 +85,31 @@ def normalize_plan(
     return result
 
 
-def _check_layer(layer: object, draft: dict, modules: dict) -> None:
+def _check_layer(layer: object, called: Mapping, modules: dict) -> None:
+    """``layer`` is a key of ``called`` (the layers the forward calls), or a clear error."""
     if not isinstance(layer, str):
         raise ValueError(f"layer names are strings from model.named_modules(), got {layer!r}")
-    if layer in draft:
+    if layer in called:
         return
     if layer == "":
-        if not draft:
+        if not called:
             raise ValueError("the model is a single layer; wrap it, e.g. Xray(nn.Sequential(model), ...), and plan layer '0'")
         raise ValueError("the root model is not a layer; name one of its submodules")
     if layer in modules:
-        children = [name for name in draft if name.startswith(layer + ".")]
+        children = [name for name in called if name.startswith(layer + ".")]
         if children:
             raise ValueError(f"{layer!r} is a container; plan its layers instead, e.g. {', '.join(children[:5])}")
         raise ValueError(f"layer {layer!r} is never called in the model's forward, so nothing can be recorded for it")
-    close = difflib.get_close_matches(layer, list(draft), n=5, cutoff=0.5)
-    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else f"; layers: {', '.join(list(draft)[:20])}"
+    close = difflib.get_close_matches(layer, list(called), n=5, cutoff=0.5)
+    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else f"; layers: {', '.join(list(called)[:20])}"
     raise ValueError(f"unknown layer {layer!r}{hint}")
 
 
 def _parse_entry(layer: str, kinds: object) -> dict:
     if not isinstance(kinds, Mapping):
         raise ValueError(f"plan[{layer!r}] must be a dict {{kind: bool}}, got {kinds!r}")
+    if kinds.keys() == _NOTHING.keys() and all(type(on) is bool for on in kinds.values()):
+        return dict(kinds)  # already full, as a drafted plan's entries are
     entry: dict = _entry()
     for kind, on in kinds.items():
         if kind == "selector":
@@ -121,8 +135,7 @@ def plan_document(plan: dict) -> dict:
 
 
 def _check_kinds(layer: str, entry: dict[str, bool], index: graph.Graph, module: nn.Module) -> None:
-    for parameter in ("weight", "bias"):
-        kinds = [kind for kind, (name, _) in PARAMETER_KINDS.items() if name == parameter]
+    for parameter, kinds in _PARAMETER_READERS.items():
         if any(entry[kind] for kind in kinds) and not _has_parameter(module, parameter):
             hint = " (it was built with bias=False)" if parameter == "bias" and hasattr(module, "bias") else ""
             raise ValueError(

@@ -322,8 +322,9 @@ class _Recorder:
             "call": call,
             "params": 0,  # counted when the call returns: a lazy module materialises in the call
         }
-        if isinstance(getattr(module, "inplace", None), bool):
-            node["inplace"] = module.inplace
+        inplace = vars(module).get("inplace", getattr(type(module), "inplace", None))  # no Module.__getattr__ miss
+        if isinstance(inplace, bool):
+            node["inplace"] = inplace
         return self._add_node(node, self.sources(inputs))
 
     def _param_count(self, module: nn.Module) -> int:
@@ -415,11 +416,12 @@ class _Recorder:
             if fn is None or fn in seen or fn in stop:
                 continue
             seen.add(fn)
+            name = type(fn).__name__
             owner = self._grad_owner.get(fn)
-            if owner is None and hasattr(fn, "variable"):
+            if owner is None and name == "AccumulateGrad":  # a leaf tensor's: its module's, or the input's
                 owner = leaf_owner.get(id(fn.variable))
             owner = owner or inherited
-            walked.append({"name": type(fn).__name__, "node": owner})
+            walked.append({"name": name, "node": owner})
             queue.extend((next_fn, owner) for next_fn, _ in fn.next_functions)
         return walked
 
