@@ -429,12 +429,16 @@ class _Recorder:
         """id(leaf tensor) -> node owning its AccumulateGrad: the param's module, or the input."""
         called = {node["module"] for node in self.nodes if node["kind"] == "module"}
         owners = dict(self._input_ids)
-        for name, param in self.model.named_parameters():
-            path = name.rsplit(".", 1)[0] if "." in name else ""
+        seen: set[int] = set()  # a parameter shared by modules belongs to the first, as in named_parameters()
+        for path, module in self._modules.items():  # each module's own parameters: named_parameters() order
+            params = [p for p in module._parameters.values() if p is not None and id(p) not in seen]
+            if not params:
+                continue
+            seen.update(id(p) for p in params)
             while path not in called and path:
                 path = path.rsplit(".", 1)[0] if "." in path else ""
             if path in called:
-                owners[id(param)] = f"module:{path}:0"
+                owners.update((id(p), f"module:{path}:0") for p in params)
         return owners
 
 
