@@ -288,7 +288,7 @@ def _frame_tag_and_metadata(name: str, kind: str) -> tuple[str, summary_pb2.Summ
 def json_summary(tag: str, document: Any) -> summary_pb2.Summary:
     """A summary holding one JSON document under a meta tag (architecture or plan)."""
     summary = summary_pb2.Summary()
-    add_blobs(summary, tag, create_summary_metadata({"type": META_TAGS[tag]}), [json.dumps(document).encode("utf-8")])
+    add_blobs(summary, tag, create_summary_metadata({"type": META_TAGS[tag]}), [json.dumps(document, separators=(",", ":"), check_circular=False).encode("utf-8")])
     return summary
 
 

@@ -34,7 +34,9 @@ class RowBuffer:
         self._rows: list[torch.Tensor] = []
         self._steps: list[int] = []
         self._walls: list[float] = []
-        self._absent: list[tuple[int, list[int]]] = []  # (row, positions of absent values), rare
+        # (row, positions of absent values): a compact array, since on a model of thousands of layers
+        # a row may miss thousands (a Python int each would be about 1 MB per 30,000)
+        self._absent: list[tuple[int, np.ndarray]] = []
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -43,7 +45,7 @@ class RowBuffer:
         """One step's values in layout order; None marks an absent value."""
         missing = [i for i, value in enumerate(values) if value is None]
         if missing:
-            self._absent.append((len(self._rows), missing))
+            self._absent.append((len(self._rows), np.asarray(missing, dtype=np.int32)))
             values = [nan if value is None else value for value in values]
         self._rows.append(torch.stack(values).float() if values else nan.new_empty(0))  # stack promotes mixed dtypes
         self._steps.append(int(step))
