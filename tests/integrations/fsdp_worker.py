@@ -15,10 +15,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor.debug import CommDebugMode
 
 from tests.integrations.ddp_worker import WORLD, full_batch
 from xray_tb import Xray
-from xray_tb.capture.selectors import RandomFilters
+from xray_tb.capture.selectors import RandomFilters, TopVariance
 from xray_tb.health import HealthOptions
 
 def mlp() -> nn.Module:
@@ -58,8 +59,8 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
         options = {"ranks": "all"} if case == "all" else {}
         # nonfinite: iterations 0, 1 and 3 are measured (1 for the update ratio), the NaN comes at 2.
         health = HealthOptions(every=2) if case == "nonfinite" else HealthOptions(every=1, update_every=1)
-        xray = Xray(model, x, logdir=logdir, every=1, plan=plan, selector=RandomFilters(max_rows=3), collective_timeout=20,
-                    health=health, **options)
+        selector = TopVariance(max_rows=3) if case == "topvariance" else RandomFilters(max_rows=3)
+        xray = Xray(model, x, logdir=logdir, every=1, plan=plan, selector=selector, collective_timeout=20, health=health, **options)
         result["layers"] = sorted(xray.draft_plan())
         result["drafted"] = xray.draft_plan()
         result["types"] = {node["module"]: node["type"] for node in xray.architecture["nodes"] if node["kind"] == "module"}
@@ -71,7 +72,9 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
                 with torch.no_grad():  # a NaN in rank 1's shard of layer 2's weight only
                     model[2].weight.to_local()[0, 0] = float("nan")
             nn.MSELoss()(model(x), y).backward()
-            xray.take_graphs()
+            with CommDebugMode() as comms:  # every collective of a capture and a measured iteration: Xray's own
+                xray.take_graphs()
+            result.setdefault("collectives", []).extend(str(op) for op in comms.get_comm_counts())
             result["steps"].append(full(model))
             optimizer.step()
         found = xray.first_nonfinite

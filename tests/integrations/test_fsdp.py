@@ -16,7 +16,7 @@ from tests.helpers import ranks
 from tests.helpers.ranks import event_files
 from tests.integrations import fsdp_worker
 from tests.integrations.ddp_worker import full_batch
-from xray_tb import Xray, open_run
+from xray_tb import SelectionInfo, TopVariance, Xray, open_run
 from xray_tb.health import HealthOptions, reading
 
 pytestmark = pytest.mark.slow
@@ -85,6 +85,34 @@ def test_gradient_and_weight_statistics_equal_those_of_one_process_on_the_whole_
         assert layers == single_layers == ["0", "2"] and list(steps) == list(single_steps)
         assert (present == single_present).all() and present.any()
         np.testing.assert_allclose(values[present], single[present], rtol=1e-4, atol=1e-7, err_msg=stat)
+
+
+def test_every_collective_of_captures_and_health_is_xrays_own(zero):
+    # Xray's all_gather (c10d.allgather_, with its timeout); a DTensor op would show as c10d_functional.*
+    _, results = zero
+    assert [sorted(set(result["collectives"])) for result in results] == [["c10d.allgather_"]] * 2
+
+
+def test_top_variance_of_a_sharded_weight_is_the_full_weights_chosen_from_every_ranks_scores(tmp_path):
+    # Each rank scores its own rows, one gather of Xray's brings the scores, and the choice is the one
+    # TopVariance makes on the whole weight in one process (and no DTensor op ran, see the collectives).
+    results = run_ranks("topvariance", tmp_path)
+    steps = results[0]["steps"]
+    assert [sorted(set(result["collectives"])) for result in results] == [["c10d.allgather_"]] * 2
+    assert [result["warnings"] for result in results] == [[], []]
+    run = open_run(str(tmp_path))
+    single = TopVariance(max_rows=3)  # chosen at the first capture, from the weight, and kept for its gradient
+    for layer in ("0", "2"):
+        weight = torch.tensor(steps[0][layer]["weight"])
+        chosen = list(single.select(weight, SelectionInfo(layer=layer, kind="weight", layer_type="Linear")).indices)
+        for step in range(3):
+            for kind in ("weight", "weight_grad"):
+                values, header = run.load(layer, kind, step)
+                assert header.indices == chosen, (layer, kind, step)
+                full = np.asarray(steps[step][layer][kind], dtype=np.float32)
+                np.testing.assert_array_equal(values.numpy(), full[chosen], err_msg=f"{layer} {kind} at step {step}")
+    _, header = run.load("0", "weight", 0)
+    assert min(header.indices) < 4 <= max(header.indices)  # rows of both shards (4 + 3)
 
 
 def test_ranks_all_writes_one_run_per_rank(tmp_path):
