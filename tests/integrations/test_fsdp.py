@@ -138,3 +138,53 @@ def test_a_nan_in_one_ranks_shard_is_the_origin_on_every_rank(tmp_path):
     # sentinel sees it, on rank 1; rank 0 sees non-finite gradients only. The ranks agree on the weight.
     results = run_ranks("nonfinite", tmp_path)
     assert [result["nonfinite"] for result in results] == [[2, "2", "weight"], [2, "2", "weight"]]
+
+
+@pytest.mark.parametrize("case, found", [("late_weight", [3, "2", "weight"]), ("late_grad", [3, "0", "weight_grad"])])
+def test_a_nan_after_the_last_measured_iteration_is_agreed_at_close_and_reported_once(tmp_path, case, found):
+    # Iterations 0 and 1 are measured; the NaN comes at step 3 in rank 1's shard (a gradient's: rank 0 sees
+    # nothing), and one rank closes 2 s after the other. One process reports the same (below).
+    results = run_ranks(case, tmp_path)
+    assert [result["before_close"] for result in results] == [None, None]  # nothing agreed before close
+    assert [result["nonfinite"] for result in results] == [found, found]
+    assert [result.get("error") for result in results] == [None, None]
+    assert [result["warnings"] for result in results] == [[], []]
+    findings = [finding for finding in reading.findings(str(tmp_path)) if finding.rule == "nonfinite"]
+    assert [(finding.step, finding.layer) for finding in findings] == [(found[0], found[1])]
+
+
+def test_a_rank_that_never_closes_leaves_the_other_to_close_after_the_timeout(tmp_path):
+    rank0, rank1 = run_ranks("never_closes", tmp_path)
+    assert "close collective at step 3" in rank0["error"] and "waited more than 3 s" in rank0["error"]
+    assert "Every rank must call xray.close()" in rank0["error"]
+    assert rank0["close_seconds"] < 8  # before rank 1 stopped waiting: the timeout, not the other rank, ended it
+    # Rank 0 closed everything and reports the NaN as it saw it: its shards hold no NaN weight, and of the
+    # gradients only layer 0's (the NaN weight row is rank 1's, and so is that row of layer 2's gradient).
+    assert rank0["nonfinite"] == [3, "0", "weight_grad"]
+    assert [(finding.step, finding.layer) for finding in reading.findings(str(tmp_path)) if finding.rule == "nonfinite"] == [(3, "0")]
+    assert "nonfinite" not in rank1
+
+
+@pytest.mark.parametrize("case, found", [("late_weight", [3, "2", "weight"]), ("late_grad", [3, "0", "weight_grad"])])
+def test_one_process_reports_a_nan_after_the_last_measured_iteration_at_close(tmp_path, case, found):
+    # The reference for the FSDP runs above: the same NaN in the full model (rank 1 holds rows 2 of layer
+    # 2's weight and 4 to 6 of layer 0's).
+    model = fsdp_worker.mlp()
+    x, y = full_batch()
+    y = torch.cat([y, y[:, :1]], dim=1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    xray = Xray(model, x, logdir=str(tmp_path), every=1, health=HealthOptions(every=10))
+    for step in range(4):
+        optimizer.zero_grad()
+        if step == 3 and case == "late_weight":
+            with torch.no_grad():
+                model[2].weight[2, 0] = float("nan")
+        nn.MSELoss()(model(x), y).backward()
+        if step == 3 and case == "late_grad":
+            model[0].weight.grad[4, 0] = float("nan")
+        xray.take_graphs()
+        optimizer.step()
+    xray.close()
+    assert [xray.first_nonfinite.step, xray.first_nonfinite.layer, xray.first_nonfinite.kind] == found
+    findings = [finding for finding in reading.findings(str(tmp_path)) if finding.rule == "nonfinite"]
+    assert [(finding.step, finding.layer) for finding in findings] == [(found[0], found[1])]
