@@ -6,11 +6,11 @@ to record and when), :mod:`xray_tb.io` (event files written and read back), :mod
 :mod:`xray_tb.integrations`; :class:`Xray` composes them around one :class:`~xray_tb.recording.Recording`.
 """
 
-from xray_tb.capture.selectors import FirstN, KeepAll, RandomFilters, Selection, SelectionInfo, Selector, TopVariance
+from xray_tb.capture.selectors import FirstN, KeepAll, RandomFilters, ScoredRows, Selection, SelectionInfo, Selector, TopVariance
 from xray_tb.health import HealthOptions
 from xray_tb.io.reader import RecordedRun, open_run
 from xray_tb.io.records import DamagedEventFileWarning
 from xray_tb.io.remote_event_file import UploadIncompleteError, UploadWarning
 from xray_tb.xray import Xray
 
-__all__ = ["Xray", "HealthOptions", "open_run", "RecordedRun", "DamagedEventFileWarning", "UploadWarning", "UploadIncompleteError", "Selector", "Selection", "SelectionInfo", "RandomFilters", "FirstN", "KeepAll", "TopVariance"]
+__all__ = ["Xray", "HealthOptions", "open_run", "RecordedRun", "DamagedEventFileWarning", "UploadWarning", "UploadIncompleteError", "Selector", "Selection", "SelectionInfo", "RandomFilters", "FirstN", "KeepAll", "TopVariance", "ScoredRows"]

@@ -21,8 +21,10 @@ of a health step.
   alone (another one stopped calling) raises it after ``collective_timeout`` seconds. Under DDP nothing
   else Xray does issues a collective: not the pacing of the per-iteration statistics (decided per rank,
   from its own timing, and harmless since they need no collective), not a flush, not ``close()``.
-* Under FSDP (sharded parameters, :mod:`xray_tb.sharding`) captures and measured iterations gather too,
-  each kind of gather agreeing on its own size (:mod:`xray_tb.capture.sharded`, :mod:`xray_tb.health.shards`).
+* Under FSDP (sharded parameters, :mod:`xray_tb.sharding`) captures, measured iterations and ``close()``
+  gather too, each kind of gather agreeing on its own size (:mod:`xray_tb.capture.sharded`,
+  :mod:`xray_tb.health.shards`). Once a collective failed, :attr:`Group.failed` says so and ``close()``
+  issues none.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class Group:
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()
         self.timeout = timeout
+        self.failed = False  # a collective failed or the ranks disagreed: the ranks are out of step for good
         self._sizes: dict[str, int] = {}  # the length of the values every rank sends, per kind of gather
         backend = str(dist.get_backend()).lower()
         self.device = torch.device("cuda", torch.cuda.current_device()) if "nccl" in backend else torch.device("cpu")
@@ -103,6 +106,7 @@ class Group:
             gathered = self._all_gather(torch.cat([head, payload]), step, what).to(parts.device)
             heads = gathered[:, :2].tolist()
             if any(other != heads[self.rank] for other in heads):
+                self.failed = True
                 where = ", ".join(f"rank {k} at step {int(s)} ({int(n)} values)" for k, (s, n) in enumerate(heads))
                 raise DistributedMismatch(
                     f"the ranks are at different {what} steps, or measured different layers: {where}. Every rank must "
@@ -121,10 +125,12 @@ class Group:
         try:
             dist.all_gather(rows, flat, async_op=True).wait(timeout=self.timeout)
         except RuntimeError as error:
+            self.failed = True
+            hint = ("Every rank must call xray.close()" if what == "close" else
+                    "Every rank must call take_graphs() (or step its optimizer) the same number of times, on models of the same layers")
             raise DistributedMismatch(
                 f"rank {self.rank}: Xray's {what} collective at step {step} failed or waited more than "
-                f"{self.timeout.total_seconds():g} s for the other ranks ({error}). Every rank must call take_graphs() "
-                "(or step its optimizer) the same number of times, on models of the same layers"
+                f"{self.timeout.total_seconds():g} s for the other ranks ({error}). {hint}"
             ) from error
         return torch.stack(rows)
 

@@ -5,6 +5,7 @@ from xray_tb.capture.selectors import (
     FirstN,
     KeepAll,
     RandomFilters,
+    ScoredRows,
     Selection,
     SelectionInfo,
     Selector,
@@ -12,4 +13,4 @@ from xray_tb.capture.selectors import (
     check_selection,
 )
 
-__all__ = ["Selector", "Selection", "SelectionInfo", "RandomFilters", "FirstN", "KeepAll", "TopVariance", "check_selection"]
+__all__ = ["Selector", "Selection", "SelectionInfo", "RandomFilters", "FirstN", "KeepAll", "TopVariance", "ScoredRows", "check_selection"]

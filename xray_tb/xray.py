@@ -321,11 +321,20 @@ class Xray:
         waiting, they are kept in a local folder and :class:`UploadIncompleteError` says how many and
         where. Calling ``close()`` again (or :meth:`flush`) waits for them again; otherwise idempotent.
         An Xray collected without ``close()`` keeps what it could not upload on local disk, and warns.
+        Under FSDP every rank calls it: one collective agrees on the first non-finite value (see
+        docs/integrations.md); past ``collective_timeout`` it closes all the same, then raises ``DistributedMismatch``.
         """
-        if self._finalizer.detach() is not None:
-            self._recording.release(timeout)
-        else:
+        self._close(timeout, settle=True)
+
+    def _close(self, timeout: float, settle: bool) -> None:
+        if self._finalizer.detach() is None:
             self._recording.flush(timeout)
+            return
+        try:
+            if settle:
+                self._health.settle()
+        finally:
+            self._recording.release(timeout)
 
     @property
     def closed(self) -> bool:
@@ -334,5 +343,5 @@ class Xray:
     def __enter__(self) -> "Xray":
         return self
 
-    def __exit__(self, *exc_info) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc_info) -> None:
+        self._close(CLOSE_TIMEOUT, settle=exc_type is None)  # leaving on an error, the ranks may be out of step: no collective

@@ -8,7 +8,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from tests.event_files import read_xray_events
-from xray_tb import FirstN, KeepAll, RandomFilters, Selection, SelectionInfo, Selector, TopVariance, Xray
+from xray_tb import FirstN, KeepAll, RandomFilters, ScoredRows, Selection, SelectionInfo, Selector, TopVariance, Xray
 
 INFO = SelectionInfo(layer="features.3", kind="output", layer_type="Conv2d")
 
@@ -46,6 +46,19 @@ def test_first_n_keep_all_and_top_variance():
     top = TopVariance(max_filters=2)
     assert top.select(tensor, INFO).indices == (2, 7)
     assert top.select(torch.randn(10, 4, 4), INFO).indices == (2, 7)  # chosen once
+
+
+class Largest(ScoredRows):
+    def score(self, rows):
+        return rows.amax(dim=1)
+
+
+def test_scored_rows_keep_the_rows_of_highest_score_a_nan_last():
+    tensor = torch.arange(12.0).reshape(6, 2)
+    tensor[5, 0] = float("nan")
+    assert Largest(max_rows=2).select(tensor, INFO).indices == (3, 4)
+    assert Largest().select(torch.zeros(0, 3), INFO).indices == ()
+    assert TopVariance().select(torch.zeros(0, 3, 3), INFO).indices == ()
 
 
 class Broken(Selector):

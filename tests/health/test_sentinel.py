@@ -114,3 +114,21 @@ def test_the_device_path_keeps_the_first_flagged_iteration_without_reading_it():
     rows = FlagRows()
     sentinel.take(rows)
     assert rows.by_step == {1: {"weight_grad": {"c"}}} and sentinel.done
+
+
+def test_a_shared_sentinel_reports_what_the_ranks_agreed_and_its_own_find_once_they_no_longer_can():
+    """Under FSDP: before close only an agreement counts; after close (agreement or not) a find stands."""
+    sentinel = NonFiniteSentinel(["a", "b"])
+    sentinel.shared = True
+    sentinel.check(4, [torch.ones(2), torch.ones(2)], [torch.ones(2), torch.tensor([math.nan, 0.0])])
+
+    def taken() -> dict:
+        rows = FlagRows()
+        sentinel.take(rows)
+        return rows.by_step
+
+    assert sentinel.local_find() == (4, [False, False, False, True]) and taken() == {}
+    sentinel.shared = False  # closed without an agreement: this rank's own find
+    assert taken() == {4: {"weight_grad": {"b"}}}
+    sentinel.agree(3, [False, True, False, False])  # another rank saw a NaN weight earlier: the agreement wins
+    assert taken() == {3: {"weight": {"b"}}}

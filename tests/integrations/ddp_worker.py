@@ -125,6 +125,20 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
                 xray.take_graphs()
             found = xray.first_nonfinite
             result["nonfinite"] = None if found is None else [found.step, found.layer, found.kind]
+        elif case == "late":  # rank 1's batch holds a NaN at step 3, after the last measured iteration (0 and 1)
+            ddp = DistributedDataParallel(mlp())
+            x, y = (part[rank::WORLD] for part in full_batch())
+            xray = Xray(ddp, x, logdir=logdir, every=10, health=HealthOptions(every=10))
+            train(ddp, xray, x, y, 3)
+            ddp.zero_grad()
+            if rank == 1:
+                x[0, 0] = float("nan")
+            nn.MSELoss()(ddp(x), y).backward()
+            xray.take_graphs(3)
+            time.sleep(2 * rank)  # rank 1 closes later
+            xray.close()
+            found = xray.first_nonfinite
+            result["nonfinite"] = None if found is None else [found.step, found.layer, found.kind]
         else:
             ddp = DistributedDataParallel(mlp())
             x, y = (part[rank::WORLD] for part in full_batch())

@@ -9,16 +9,19 @@ import datetime
 import json
 import os
 import sys
+import time
 import warnings
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor.debug import CommDebugMode
 
 from tests.integrations.ddp_worker import WORLD, full_batch
 from xray_tb import Xray
-from xray_tb.capture.selectors import RandomFilters
+from xray_tb.capture.selectors import RandomFilters, TopVariance
+from xray_tb.distributed import DistributedMismatch
 from xray_tb.health import HealthOptions
 
 def mlp() -> nn.Module:
@@ -45,6 +48,42 @@ def full(model: nn.Module) -> dict:
     return out
 
 
+#: A NaN at step 3, after the last measured iteration (HealthOptions(every=10): iterations 0 and 1): in rank 1's
+#: shard of layer 2's weight (late_weight, never_closes), or of layer 0's gradient, which rank 0 never sees (late_grad).
+LATE = ("late_weight", "late_grad", "never_closes")
+
+
+def plant_nan(case: str, rank: int, step: int, model: nn.Module, backward_done: bool) -> None:
+    """A NaN in rank 1's shard only: of layer 2's weight before the forward (nonfinite: at step 2, an
+    iteration the statistics skip; late_weight, never_closes: at step 3), of layer 0's gradient after it (late_grad)."""
+    if case not in ("nonfinite", *LATE) or rank != 1 or step != (2 if case == "nonfinite" else 3):
+        return
+    if backward_done == (case == "late_grad"):
+        with torch.no_grad():
+            tensor = model[0].weight.grad if case == "late_grad" else model[2].weight
+            tensor.to_local()[0, 0] = float("nan")
+
+
+def close_late(case: str, rank: int, xray: Xray, result: dict) -> None:
+    """The ranks close at different times; in never_closes rank 1 stays alive without closing."""
+    result["before_close"] = _where(xray.first_nonfinite)
+    if (case, rank) in (("late_weight", 1), ("late_grad", 0), ("never_closes", 1)):
+        time.sleep(8 if case == "never_closes" else 2)
+    if case == "never_closes" and rank == 1:
+        return
+    start = time.monotonic()
+    try:
+        xray.close()
+    except DistributedMismatch as error:
+        result["error"] = str(error)
+    result["close_seconds"] = time.monotonic() - start
+    result["nonfinite"] = _where(xray.first_nonfinite)
+
+
+def _where(found) -> list | None:
+    return None if found is None else [found.step, found.layer, found.kind]
+
+
 def main(case: str, rank: int, port: str, logdir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=30))
@@ -57,27 +96,32 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
         plan = {"0": {"weight": True, "weight_grad": True, "activation": True}, "2": {"weight": True, "weight_grad": True}}
         options = {"ranks": "all"} if case == "all" else {}
         # nonfinite: iterations 0, 1 and 3 are measured (1 for the update ratio), the NaN comes at 2.
-        health = HealthOptions(every=2) if case == "nonfinite" else HealthOptions(every=1, update_every=1)
-        xray = Xray(model, x, logdir=logdir, every=1, plan=plan, selector=RandomFilters(max_rows=3), collective_timeout=20,
-                    health=health, **options)
+        health = HealthOptions(every=2) if case == "nonfinite" else HealthOptions(every=10) if case in LATE else \
+            HealthOptions(every=1, update_every=1)
+        selector = TopVariance(max_rows=3) if case == "topvariance" else RandomFilters(max_rows=3)
+        xray = Xray(model, x, logdir=logdir, every=1, plan=plan, selector=selector, health=health,
+                    collective_timeout=3 if case == "never_closes" else 20, **options)
         result["layers"] = sorted(xray.draft_plan())
         result["drafted"] = xray.draft_plan()
         result["types"] = {node["module"]: node["type"] for node in xray.architecture["nodes"] if node["kind"] == "module"}
         result["sharded_after_construction"] = type(model[0].weight).__name__
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        for step in range(4 if case == "nonfinite" else 3):
+        for step in range(4 if case == "nonfinite" or case in LATE else 3):
             optimizer.zero_grad()
-            if case == "nonfinite" and step == 2 and rank == 1:
-                with torch.no_grad():  # a NaN in rank 1's shard of layer 2's weight only
-                    model[2].weight.to_local()[0, 0] = float("nan")
+            plant_nan(case, rank, step, model, backward_done=False)
             nn.MSELoss()(model(x), y).backward()
-            xray.take_graphs()
+            plant_nan(case, rank, step, model, backward_done=True)
+            with CommDebugMode() as comms:  # every collective of a capture and a measured iteration: Xray's own
+                xray.take_graphs()
+            result.setdefault("collectives", []).extend(str(op) for op in comms.get_comm_counts())
             result["steps"].append(full(model))
             optimizer.step()
-        found = xray.first_nonfinite
-        result["nonfinite"] = None if found is None else [found.step, found.layer, found.kind]
-        result["prune"] = [[entry.layer, entry.parameters, entry.reason] for entry in xray.prune()]  # a dry run
-        xray.close()
+        if case in LATE:
+            close_late(case, rank, xray, result)
+        else:
+            result["nonfinite"] = _where(xray.first_nonfinite)
+            result["prune"] = [[entry.layer, entry.parameters, entry.reason] for entry in xray.prune()]  # a dry run
+            xray.close()
     result["warnings"] = [str(warning.message) for warning in caught]
     with open(os.path.join(logdir, f"result{rank}.json"), "w") as file:
         json.dump(result, file)

@@ -81,6 +81,24 @@ def test_a_nonfinite_output_on_one_rank_is_reported_by_every_rank(tmp_path):
     assert [finding.rule for finding in reading.findings(str(tmp_path))].count("nonfinite") == 1  # reported once, by rank 0
 
 
+def test_a_nan_after_the_last_measured_iteration_is_reported_once_at_close_as_in_one_process(tmp_path):
+    # No health step sees the NaN input (rank 1's, step 3): the all-reduced gradients carry it to both
+    # ranks' sentinels, which agree with no collective, and with one process on the whole batch.
+    results = run_ranks("late", tmp_path / "ddp")
+    assert [result["nonfinite"] for result in results] == [[3, "2", "weight_grad"]] * 2
+    assert [finding.rule for finding in reading.findings(str(tmp_path / "ddp"))].count("nonfinite") == 1
+    model = ddp_worker.mlp()
+    x, y = ddp_worker.full_batch()
+    with Xray(model, x, logdir=str(tmp_path / "single"), every=10, health=HealthOptions(every=10)) as xray:
+        for step in range(4):
+            model.zero_grad()
+            if step == 3:
+                x[1, 0] = float("nan")  # rank 1's first row
+            nn.MSELoss()(model(x), y).backward()
+            xray.take_graphs()
+    assert [xray.first_nonfinite.step, xray.first_nonfinite.layer, xray.first_nonfinite.kind] == [3, "2", "weight_grad"]
+
+
 def test_gradient_statistics_equal_those_of_one_process_on_the_whole_batch(tmp_path):
     run_ranks("grads", tmp_path / "ddp")
     model = ddp_worker.mlp()

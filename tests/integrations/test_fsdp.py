@@ -16,7 +16,7 @@ from tests.helpers import ranks
 from tests.helpers.ranks import event_files
 from tests.integrations import fsdp_worker
 from tests.integrations.ddp_worker import full_batch
-from xray_tb import Xray, open_run
+from xray_tb import SelectionInfo, TopVariance, Xray, open_run
 from xray_tb.health import HealthOptions, reading
 
 pytestmark = pytest.mark.slow
@@ -87,6 +87,34 @@ def test_gradient_and_weight_statistics_equal_those_of_one_process_on_the_whole_
         np.testing.assert_allclose(values[present], single[present], rtol=1e-4, atol=1e-7, err_msg=stat)
 
 
+def test_every_collective_of_captures_and_health_is_xrays_own(zero):
+    # Xray's all_gather (c10d.allgather_, with its timeout); a DTensor op would show as c10d_functional.*
+    _, results = zero
+    assert [sorted(set(result["collectives"])) for result in results] == [["c10d.allgather_"]] * 2
+
+
+def test_top_variance_of_a_sharded_weight_is_the_full_weights_chosen_from_every_ranks_scores(tmp_path):
+    # Each rank scores its own rows, one gather of Xray's brings the scores, and the choice is the one
+    # TopVariance makes on the whole weight in one process (and no DTensor op ran, see the collectives).
+    results = run_ranks("topvariance", tmp_path)
+    steps = results[0]["steps"]
+    assert [sorted(set(result["collectives"])) for result in results] == [["c10d.allgather_"]] * 2
+    assert [result["warnings"] for result in results] == [[], []]
+    run = open_run(str(tmp_path))
+    single = TopVariance(max_rows=3)  # chosen at the first capture, from the weight, and kept for its gradient
+    for layer in ("0", "2"):
+        weight = torch.tensor(steps[0][layer]["weight"])
+        chosen = list(single.select(weight, SelectionInfo(layer=layer, kind="weight", layer_type="Linear")).indices)
+        for step in range(3):
+            for kind in ("weight", "weight_grad"):
+                values, header = run.load(layer, kind, step)
+                assert header.indices == chosen, (layer, kind, step)
+                full = np.asarray(steps[step][layer][kind], dtype=np.float32)
+                np.testing.assert_array_equal(values.numpy(), full[chosen], err_msg=f"{layer} {kind} at step {step}")
+    _, header = run.load("0", "weight", 0)
+    assert min(header.indices) < 4 <= max(header.indices)  # rows of both shards (4 + 3)
+
+
 def test_ranks_all_writes_one_run_per_rank(tmp_path):
     results = run_ranks("all", tmp_path)
     assert not event_files(tmp_path)
@@ -110,3 +138,53 @@ def test_a_nan_in_one_ranks_shard_is_the_origin_on_every_rank(tmp_path):
     # sentinel sees it, on rank 1; rank 0 sees non-finite gradients only. The ranks agree on the weight.
     results = run_ranks("nonfinite", tmp_path)
     assert [result["nonfinite"] for result in results] == [[2, "2", "weight"], [2, "2", "weight"]]
+
+
+@pytest.mark.parametrize("case, found", [("late_weight", [3, "2", "weight"]), ("late_grad", [3, "0", "weight_grad"])])
+def test_a_nan_after_the_last_measured_iteration_is_agreed_at_close_and_reported_once(tmp_path, case, found):
+    # Iterations 0 and 1 are measured; the NaN comes at step 3 in rank 1's shard (a gradient's: rank 0 sees
+    # nothing), and one rank closes 2 s after the other. One process reports the same (below).
+    results = run_ranks(case, tmp_path)
+    assert [result["before_close"] for result in results] == [None, None]  # nothing agreed before close
+    assert [result["nonfinite"] for result in results] == [found, found]
+    assert [result.get("error") for result in results] == [None, None]
+    assert [result["warnings"] for result in results] == [[], []]
+    findings = [finding for finding in reading.findings(str(tmp_path)) if finding.rule == "nonfinite"]
+    assert [(finding.step, finding.layer) for finding in findings] == [(found[0], found[1])]
+
+
+def test_a_rank_that_never_closes_leaves_the_other_to_close_after_the_timeout(tmp_path):
+    rank0, rank1 = run_ranks("never_closes", tmp_path)
+    assert "close collective at step 3" in rank0["error"] and "waited more than 3 s" in rank0["error"]
+    assert "Every rank must call xray.close()" in rank0["error"]
+    assert rank0["close_seconds"] < 8  # before rank 1 stopped waiting: the timeout, not the other rank, ended it
+    # Rank 0 closed everything and reports the NaN as it saw it: its shards hold no NaN weight, and of the
+    # gradients only layer 0's (the NaN weight row is rank 1's, and so is that row of layer 2's gradient).
+    assert rank0["nonfinite"] == [3, "0", "weight_grad"]
+    assert [(finding.step, finding.layer) for finding in reading.findings(str(tmp_path)) if finding.rule == "nonfinite"] == [(3, "0")]
+    assert "nonfinite" not in rank1
+
+
+@pytest.mark.parametrize("case, found", [("late_weight", [3, "2", "weight"]), ("late_grad", [3, "0", "weight_grad"])])
+def test_one_process_reports_a_nan_after_the_last_measured_iteration_at_close(tmp_path, case, found):
+    # The reference for the FSDP runs above: the same NaN in the full model (rank 1 holds rows 2 of layer
+    # 2's weight and 4 to 6 of layer 0's).
+    model = fsdp_worker.mlp()
+    x, y = full_batch()
+    y = torch.cat([y, y[:, :1]], dim=1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    xray = Xray(model, x, logdir=str(tmp_path), every=1, health=HealthOptions(every=10))
+    for step in range(4):
+        optimizer.zero_grad()
+        if step == 3 and case == "late_weight":
+            with torch.no_grad():
+                model[2].weight[2, 0] = float("nan")
+        nn.MSELoss()(model(x), y).backward()
+        if step == 3 and case == "late_grad":
+            model[0].weight.grad[4, 0] = float("nan")
+        xray.take_graphs()
+        optimizer.step()
+    xray.close()
+    assert [xray.first_nonfinite.step, xray.first_nonfinite.layer, xray.first_nonfinite.kind] == found
+    findings = [finding for finding in reading.findings(str(tmp_path)) if finding.rule == "nonfinite"]
+    assert [(finding.step, finding.layer) for finding in findings] == [(found[0], found[1])]

@@ -8,6 +8,7 @@ indices to keep along that axis. Subclass :class:`Selector` and implement :meth:
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 import zlib
 from typing import Optional, Sequence
@@ -111,25 +112,74 @@ class RandomFilters(Selector):
         return Selection(tuple(sorted(torch.randperm(size, generator=generator)[:limit].tolist())))
 
 
-class TopVariance(Selector):
-    """The filters or rows of highest variance, chosen once per layer at its first capture and then
-    kept, so frames stay comparable over time."""
+class ScoresNeeded(Exception):
+    """A :class:`ScoredRows` was given a sharded tensor's stand-in (``meta``) before every rank's scores
+    were gathered: the sharded capture gathers them and asks again (:mod:`xray_tb.capture.sharded`)."""
+
+    def __init__(self, selector: "ScoredRows", key: tuple[str, int]):
+        super().__init__(f"{type(selector).__name__} needs the scores of {key[0]!r}'s rows, which are sharded")
+        self.selector, self.key = selector, key
+
+
+class ScoredRows(Selector):
+    """The filters or rows of highest :meth:`score`, chosen once per layer and first-axis size at its
+    first capture and then kept, so frames stay comparable over time. Subclass it and implement
+    :meth:`score` to choose by another per-row criterion.
+
+    A row's score depends on that row's values only, so a sharded (FSDP) tensor is selected from its
+    shards: each rank scores the rows it holds, one collective of Xray's gathers the scores, and every
+    rank makes the choice it would make on the whole tensor."""
 
     def __init__(self, max_filters: int = DEFAULT_MAX_FILTERS, max_rows: int = DEFAULT_MAX_ROWS):
         self.max_filters = max_filters
         self.max_rows = max_rows
         self._chosen: dict[tuple[str, int], Selection] = {}
+        self._agreed: dict[tuple[str, int], Selection] = {}  # chosen from every rank's scores: the same on every rank
+
+    def score(self, rows: torch.Tensor) -> torch.Tensor:
+        """One score per row of ``rows`` (float32, ``rows x values``), from that row's values alone."""
+        raise NotImplementedError
 
     def select(self, tensor, info):
-        if tensor.dim() == 0:
+        if tensor.dim() == 0 or tensor.shape[0] == 0:
             return Selection(())
         key = (info.layer, tensor.shape[0])
+        if tensor.is_meta:  # a sharded tensor's stand-in: only a choice made from every rank's scores will do
+            if key not in self._agreed:
+                raise ScoresNeeded(self, key)
+            return self._agreed[key]
         if key not in self._chosen:
-            limit = _limit(tensor, self.max_filters, self.max_rows)
-            variance = tensor.detach().float().reshape(tensor.shape[0], -1).var(dim=1, unbiased=False)
-            top = torch.topk(torch.nan_to_num(variance, nan=-1.0), min(limit, tensor.shape[0])).indices
-            self._chosen[key] = Selection(tuple(sorted(int(i) for i in top)))
+            self._chosen[key] = self.choose(self.row_scores(tensor), tensor)
         return self._chosen[key]
+
+    def row_scores(self, tensor: torch.Tensor) -> torch.Tensor:
+        """:meth:`score` of each entry of ``tensor``'s first axis, checked."""
+        rows = tensor.detach().float().reshape(tensor.shape[0], -1)
+        scores = self.score(rows)
+        if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != (rows.shape[0],):
+            got = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
+            raise ValueError(f"{type(self).__name__}.score must return one score per row, shape ({rows.shape[0]},), got {got}")
+        return scores
+
+    def choose(self, scores: torch.Tensor, tensor: torch.Tensor) -> Selection:
+        """The rows of highest score (a NaN score is the lowest), in index order."""
+        scores = scores.float()
+        scores = torch.where(torch.isnan(scores), torch.full_like(scores, -math.inf), scores)
+        top = torch.topk(scores, min(_limit(tensor, self.max_filters, self.max_rows), scores.numel())).indices
+        return Selection(tuple(sorted(int(i) for i in top)))
+
+    def agree(self, key: tuple[str, int], scores: torch.Tensor, stand_in: torch.Tensor) -> None:
+        """Choose for a sharded tensor from every rank's ``scores`` (called on every rank alike)."""
+        self._agreed[key] = selection = self.choose(scores, stand_in)
+        self._chosen.setdefault(key, selection)  # the other kinds of the layer follow, as in one process
+
+
+class TopVariance(ScoredRows):
+    """The filters or rows of highest variance, chosen once per layer at its first capture and then
+    kept, so frames stay comparable over time."""
+
+    def score(self, rows: torch.Tensor) -> torch.Tensor:
+        return rows.var(dim=1, unbiased=False)
 
 
 def check_selection(selection: object, selector: Selector, size: int) -> Sequence[int]:

@@ -1,13 +1,19 @@
 """Frames of sharded parameters (FSDP's DTensor weights, biases and their gradients).
 
 At a due capture every rank calls :func:`gather_selected` (the ranks that write no frames too): each
-planned sharded tensor's selection is made on every rank from the DTensor's global shape (the built-in
-selectors read only the shape and the layer name, so every rank makes the same one; ``TopVariance``
-runs DTensor ops, the same on every rank), each rank packs its own rows of the selection
+planned sharded tensor's selection is made on every rank, each rank packs its own rows of the selection
 (:func:`xray_tb.sharding.row_parts`) into one vector, and one ``all_gather`` of Xray's
 (:meth:`xray_tb.distributed.Group.gather`, with its timeout) brings every rank's rows. No rank
-gathers a whole weight. Each tensor's entry starts with a checksum of its selection: ranks that chose
-different rows raise :class:`~xray_tb.distributed.DistributedMismatch` on every rank.
+gathers a whole weight, and no DTensor op runs (its collectives would not have Xray's timeout).
+
+Selectors see a sharded tensor as a stand-in on the ``meta`` device: its global shape, no values. The
+built-in selectors that choose from the shape and the layer name make the same choice on every rank;
+a :class:`~xray_tb.capture.selectors.ScoredRows` (``TopVariance``) asks for its rows' scores, which
+each rank computes on the rows it holds and one more gather of Xray's brings together (at the first
+capture of a layer: the choice is then kept), so that every rank chooses as on the whole tensor; a
+selector that reads the stand-in's values fails, and that frame is reported missing on every rank.
+Each tensor's entry starts with a checksum of its selection: ranks that chose different rows raise
+:class:`~xray_tb.distributed.DistributedMismatch` on every rank.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from torch import nn
 
 from tb_plugin import metadata
 from xray_tb import sharding
-from xray_tb.capture.selectors import SelectionInfo, Selector, check_selection
+from xray_tb.capture.selectors import ScoresNeeded, SelectionInfo, Selector, check_selection
 from xray_tb.distributed import DistributedMismatch, Group
 
 
@@ -41,6 +47,12 @@ class _Part:
     indices: tuple[int, ...] = ()
     parts: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
     error: Optional[str] = None
+    needs: Optional[ScoresNeeded] = None  # a ScoredRows selector waits for every rank's scores
+
+    @property
+    def stand_in(self) -> torch.Tensor:
+        """What selectors see: the global shape and dtype, no values (reading them fails)."""
+        return torch.empty(self.tensor.shape, dtype=self.tensor.dtype, device="meta")
 
     @property
     def row_size(self) -> int:
@@ -70,11 +82,15 @@ def sharded_tensors(plan: dict, modules: dict[str, nn.Module]) -> list[tuple[tup
 def gather_selected(group: Optional[Group], step: int, plan: dict, modules: dict[str, nn.Module],
                     selector: Selector) -> dict[tuple[str, str], Union[Gathered, str]]:
     """Every planned sharded tensor's selected rows (or why they could not be gathered), by (layer, kind).
-    Every rank must call it at the same captures; one collective when the plan holds sharded tensors."""
-    parts = [_select(key, tensor, plan[key[0]].get("selector") or selector, modules[key[0]])
-             for key, tensor in sharded_tensors(plan, modules)]
-    if not parts:
+    Every rank must call it at the same captures; one collective when the plan holds sharded tensors, and
+    one more before it when a ScoredRows selector has not chosen yet (see :func:`agree_on_scores`)."""
+    found = [(key, tensor, plan[key[0]].get("selector") or selector, modules[key[0]]) for key, tensor in sharded_tensors(plan, modules)]
+    if not found:
         return {}
+    parts = [_select(*item) for item in found]
+    if any(part.needs is not None for part in parts):  # the same parts on every rank: ScoredRows keep what they agreed
+        agree_on_scores(group, step, [part for part in parts if part.needs is not None])
+        parts = [_select(*item, again=True) if part.needs is not None and not part.error else part for item, part in zip(found, parts)]
     rank = group.rank if group is not None else 0
     size = group.size if group is not None else 1
     mine = [_local_rows(part, rank) for part in parts]
@@ -105,16 +121,64 @@ def gather_selected(group: Optional[Group], step: int, plan: dict, modules: dict
     return results
 
 
-def _select(key: tuple[str, str], tensor: torch.Tensor, selector: Selector, module: nn.Module) -> _Part:
+def _select(key: tuple[str, str], tensor: torch.Tensor, selector: Selector, module: nn.Module, again: bool = False) -> _Part:
+    """The selection of one sharded tensor, made from its stand-in; ``again``: after the scores were agreed."""
     part = _Part(key, tensor)
     try:
         info = SelectionInfo(layer=key[0], kind=key[1], layer_type=sharding.type_name(module))
         size = tensor.shape[0] if tensor.dim() else 0
-        part.indices = tuple(check_selection(selector.select(tensor, info), selector, size))
+        part.indices = tuple(check_selection(selector.select(part.stand_in, info), selector, size))
         part.parts = sharding.row_parts(tensor)
+    except ScoresNeeded as needs:
+        if again:  # the scores were agreed for another key than the one asked now
+            part.error = f"failed: {needs}"
+        else:
+            part.needs = needs
     except Exception as error:  # noqa: BLE001 - the frame is reported missing, the same way on every rank
         part.error = f"failed: {type(error).__name__}: {error}"
+        if "meta" in str(error):
+            part.error = (f"failed: {type(selector).__name__}.select read the values of a sharded (FSDP) tensor, which selectors "
+                          "see as its global shape only (a 'meta' tensor): choose from the shape, or subclass ScoredRows to "
+                          f"choose by a per-row score ({type(error).__name__}: {error})")
     return part
+
+
+def agree_on_scores(group: Optional[Group], step: int, parts: list[_Part]) -> None:
+    """Every rank's row scores for the ScoredRows selectors of ``parts`` in one gather, and their choice,
+    made alike on every rank; a part whose rows could not be scored gets its error."""
+    rank = group.rank if group is not None else 0
+    needs: dict[tuple[int, tuple[str, int]], list[_Part]] = {}
+    for part in parts:  # one layer's kinds of one size share a choice: the first planned (the weight) is scored
+        needs.setdefault((id(part.needs.selector), part.needs.key), []).append(part)
+    vectors, layouts, errors = [], [], []
+    for first, *_ in needs.values():
+        vector, layout, error = torch.zeros(1 + first.tensor.shape[0], dtype=torch.float64), {}, None
+        try:
+            layout = sharding.row_parts(first.tensor)
+            start, stop = layout.get(rank, (0, 0))
+            if stop > start:
+                vector[1 + start:1 + stop] = first.needs.selector.row_scores(sharding.local(first.tensor)).cpu()
+            vector[0] = 1.0
+        except Exception as failure:  # noqa: BLE001 - the frame is reported missing, on every rank
+            vector.zero_()
+            error = f"failed: scoring the rows: {type(failure).__name__}: {failure}"
+        vectors.append(vector)
+        layouts.append(layout)
+        errors.append(error)
+    flat = torch.cat(vectors)
+    rows = flat[None] if group is None else group.gather(step, flat, what="scores").cpu()
+    offset = 0
+    for (first, *others), vector, layout, error in zip(needs.values(), vectors, layouts, errors):
+        block, offset = rows[:, offset:offset + vector.numel()], offset + vector.numel()
+        if error is None and not bool((block[:, 0] == 1).all()):
+            error = "failed: scoring the rows failed on another rank"
+        if error is None:
+            scores = block.new_zeros(block.shape[1] - 1)
+            for owner, (start, stop) in layout.items():
+                scores[start:stop] = block[owner, 1 + start:1 + stop]
+            first.needs.selector.agree(first.needs.key, scores, first.stand_in)
+        for part in (first, *others):
+            part.error = error
 
 
 def _local_rows(part: _Part, rank: int) -> torch.Tensor:

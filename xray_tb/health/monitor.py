@@ -323,8 +323,15 @@ class HealthMonitor:
         self._iteration_rows = RowBuffer(list(self.iteration_families))
         self._activation_rows = RowBuffer([*self.activation_families, self._checks])
 
+    def settle(self) -> None:
+        """Before :meth:`close`, on every rank (FSDP): agree on what only some ranks may have seen."""
+        if self._shards is not None and self._sink is not None:
+            self._shards.settle(self._last_step)
+
     def close(self) -> None:
-        """Write what is buffered and remove every hook; idempotent."""
+        """Write what is buffered and remove every hook; idempotent. A first non-finite value the ranks
+        did not agree on (no :meth:`settle`, or it failed) is written as this rank saw it."""
+        self._sentinel.shared = False
         try:
             if self._sink is not None:
                 self.flush()

@@ -18,7 +18,8 @@ Cheap by construction, and without a host sync per iteration on a GPU:
 
 After the first non-finite iteration the sentinel stops: only the first one is reported. Under FSDP each
 rank checks its own shards, and with :attr:`NonFiniteSentinel.shared` only what the ranks agreed on
-(:meth:`~NonFiniteSentinel.agree`, see :mod:`xray_tb.health.shards`) is reported.
+(:meth:`~NonFiniteSentinel.agree`, see :mod:`xray_tb.health.shards`) is reported; once the ranks can no
+longer agree (at close), a find they did not agree on is reported as this rank saw it.
 """
 
 from __future__ import annotations
@@ -107,6 +108,11 @@ class NonFiniteSentinel:
         self._read_device()
         return self._found
 
+    @property
+    def agreed(self) -> Optional[tuple[int, list[bool]]]:
+        """The first non-finite iteration the ranks agreed on, or None."""
+        return self._agreed
+
     def agree(self, step: int, flags: list[bool]) -> None:
         """The first non-finite iteration over every rank's shards; the first agreement stands."""
         if self._agreed is None:
@@ -114,7 +120,7 @@ class NonFiniteSentinel:
 
     def take(self, rows: FlagRows) -> None:
         """Add the first non-finite iteration found so far (if any) to ``rows`` (one sync on a GPU)."""
-        found = self._agreed if self.shared else self.local_find()
+        found = self._agreed if self._agreed is not None or self.shared else self.local_find()
         if found is None:
             return
         step, flags = found

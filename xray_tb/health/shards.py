@@ -13,6 +13,10 @@ The same vector carries what keeps the ranks in step:
   every rank adopts, so every rank measures the same iterations;
 * the non-finite sentinel's first non-finite iteration on each rank's shards: the earliest over the ranks
   is agreed, with the flags of every rank that saw it at that step, so a NaN in any shard is found.
+
+A non-finite value first seen after the last measured iteration is agreed at close
+(:meth:`ShardedHealth.settle`, every rank, one gather with the timeout); if that gather fails (a rank
+never closes), each rank reports what it saw itself.
 """
 
 from __future__ import annotations
@@ -60,23 +64,38 @@ class ShardedHealth:
         zero = torch.zeros((), dtype=torch.float64, device=device)
         values = torch.stack([zero if value is None else value.to(device) for value in row]).to(torch.float64)
         present = torch.tensor([value is not None for value in row], dtype=torch.float64, device=device)
-        found = self._sentinel.local_find()
-        flags = found[1] if found is not None else [False] * (2 * len(self._sentinel.layers))
-        extra = torch.tensor([float(pacer.every), -1.0 if found is None else float(found[0]), *map(float, flags)],
-                             dtype=torch.float64, device=device)
+        extra = torch.cat([torch.tensor([float(pacer.every)], dtype=torch.float64), self._found()]).to(device)
         gathered = group.gather(step, torch.cat([values, present, extra]), what="iteration")
         size = len(row)
         combined, seen = _combine(gathered[:, :size], gathered[:, size:2 * size] > 0, ops, group.rank)
-        self._agree(gathered[:, 2 * size:].cpu(), pacer)
+        extra = gathered[:, 2 * size:].cpu()
+        pacer.every = max(1, int(extra[0, 0]))
+        self._agree(extra[:, 1:])
         return [value if keep else None for value, keep in zip(combined.float().unbind(), seen.tolist())]
 
-    def _agree(self, extra: torch.Tensor, pacer: Pacer) -> None:
-        pacer.every = max(1, int(extra[0, 0]))
-        steps = extra[:, 1]
+    def settle(self, step: int) -> None:
+        """At close, on every rank: agree on a first non-finite iteration that no measured iteration
+        carried (one gather, none when one was agreed already: the same answer on every rank). Raises
+        :class:`~xray_tb.distributed.DistributedMismatch` when the ranks cannot agree (each then reports
+        what it saw itself, see :meth:`NonFiniteSentinel.take`)."""
+        group = self._group
+        if group is None or group.failed or self._sentinel.agreed is not None:
+            return
+        self._agree(group.gather(step, self._found(), what="close").cpu())
+
+    def _found(self) -> torch.Tensor:
+        """This rank's first non-finite iteration: its step (-1: none) and flags, weights then gradients."""
+        found = self._sentinel.local_find()
+        flags = found[1] if found is not None else [False] * (2 * len(self._sentinel.layers))
+        return torch.tensor([-1.0 if found is None else float(found[0]), *map(float, flags)], dtype=torch.float64)
+
+    def _agree(self, found: torch.Tensor) -> None:
+        """The earliest step of the ranks' :meth:`_found` rows (``ranks x values``), with the flags of every
+        rank that saw it then."""
+        steps = found[:, 0]
         if bool((steps >= 0).any()):
             first = float(steps[steps >= 0].min())
-            flags = (extra[steps == first, 2:] > 0).any(dim=0).tolist()
-            self._sentinel.agree(int(first), flags)
+            self._sentinel.agree(int(first), (found[steps == first, 1:] > 0).any(dim=0).tolist())
 
 
 def _combine(values: torch.Tensor, present: torch.Tensor, ops: list[Optional[str]], rank: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -63,6 +63,18 @@ class TrainingHealth:
             except Exception as error:  # noqa: BLE001
                 _failed(self._warned, "arming its hooks for", step, error)
 
+    def settle(self) -> None:
+        """Before the recording is released by ``close()``: under FSDP, the ranks agree on the first
+        non-finite value (one collective, with the timeout); :class:`DistributedMismatch` is raised."""
+        if self.monitor is not None:
+            try:
+                self.monitor.settle()
+            except DistributedMismatch:
+                raise
+            except Exception as error:  # noqa: BLE001 - closing goes on; this rank reports what it saw itself
+                warnings.warn(f"training health failed to agree with the other ranks at close ({type(error).__name__}: {error})",
+                              stacklevel=3)
+
     def capture(self, step: int, layers: list[str]) -> None:
         if self.monitor is not None:
             try:
@@ -79,7 +91,8 @@ class TrainingHealth:
     def first_nonfinite(self) -> Optional[NonFinite]:
         """None, or where the first NaN/Inf appeared: ``step``, ``layer`` and ``kind`` (weight, output,
         activation or weight_grad). Weights and gradients are checked every health iteration, outputs and
-        activations at health steps."""
+        activations at health steps. Under FSDP, before ``close()``: what the ranks agreed at the last
+        measured iteration (``close()`` agrees on the rest)."""
         monitor = self._monitor()
         monitor.flush()
         return monitor.first_nonfinite
