@@ -135,11 +135,10 @@ def _select(key: tuple[str, str], tensor: torch.Tensor, selector: Selector, modu
         else:
             part.needs = needs
     except Exception as error:  # noqa: BLE001 - the frame is reported missing, the same way on every rank
-        part.error = f"failed: {type(error).__name__}: {error}"
-        if "meta" in str(error):
-            part.error = (f"failed: {type(selector).__name__}.select read the values of a sharded (FSDP) tensor, which selectors "
-                          "see as its global shape only (a 'meta' tensor): choose from the shape, or subclass ScoredRows to "
-                          f"choose by a per-row score ({type(error).__name__}: {error})")
+        # Whatever the selector tripped on, say what it was given: reading values is the likely cause.
+        part.error = (f"failed: {type(selector).__name__}.select raised {type(error).__name__}: {error}. Selectors see a sharded "
+                      "(FSDP) tensor as its global shape only (a 'meta' tensor, no values): choose from the shape, or subclass "
+                      "ScoredRows to choose by a per-row score")
     return part
 
 
