@@ -35,6 +35,8 @@ from typing import Optional, Union
 import torch
 from torch import nn
 
+from xray_tb import sharding
+
 #: How long an Xray collective may wait for the other ranks, by default.
 DEFAULT_TIMEOUT_SECONDS = 300.0
 
@@ -126,8 +128,8 @@ class Group:
             dist.all_gather(rows, flat, async_op=True).wait(timeout=self.timeout)
         except RuntimeError as error:
             self.failed = True
-            hint = ("Every rank must call xray.close()" if what == "close" else
-                    "Every rank must call take_graphs() (or step its optimizer) the same number of times, on models of the same layers")
+            hint = _HINTS.get(what, "Every rank must call take_graphs() (or step its optimizer) the same number of times, "
+                                    "on models of the same layers")
             raise DistributedMismatch(
                 f"rank {self.rank}: Xray's {what} collective at step {step} failed or waited more than "
                 f"{self.timeout.total_seconds():g} s for the other ranks ({error}). {hint}"
@@ -191,3 +193,19 @@ class NullSink:
 
     def close(self, timeout: Optional[float] = None) -> None:
         pass
+
+
+_HINTS = {
+    "close": "Every rank must call xray.close()",
+    "construction": "Every rank must create its Xray at the same point: under FSDP, tracing the model runs FSDP's "
+                    "all-gathers on every rank",
+}
+
+
+def meet_before_tracing(group: Optional[Group], model: nn.Module) -> None:
+    """Under FSDP, ``Xray()``'s tracing forward runs FSDP's own all-gathers, which wait as long as the
+    process group's timeout, not Xray's. Every rank first meets here, in one small gather with Xray's
+    timeout, so a rank that creates no Xray makes the others raise :class:`DistributedMismatch` instead
+    of waiting in FSDP. Nothing happens without sharded parameters (DDP's tracing runs no collective)."""
+    if group is not None and sharding.any_sharded(model.parameters()):
+        group.gather(0, torch.zeros(1), what="construction")

@@ -136,6 +136,7 @@ class Xray:
         arguments.loss_fn(loss_fn)
         probe = arguments.probe_batch(probe, model)
         args, kwargs = arguments.example_inputs(model, example_input, input_size)
+        distributed.meet_before_tracing(group, model)
         self.architecture: dict = arguments.trace_model(model, args, kwargs)
         self.run_id = uuid.uuid4().hex
         # Built on a recording with no sink yet, so that a bad plan is refused before anything is opened.

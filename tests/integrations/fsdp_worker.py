@@ -99,8 +99,17 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
         health = HealthOptions(every=2) if case == "nonfinite" else HealthOptions(every=10) if case in LATE else \
             HealthOptions(every=1, update_every=1)
         selector = TopVariance(max_rows=3) if case == "topvariance" else RandomFilters(max_rows=3)
-        xray = Xray(model, x, logdir=logdir, every=1, plan=plan, selector=selector, health=health,
-                    collective_timeout=3 if case == "never_closes" else 20, **options)
+        if case == "late_start" and rank == 1:
+            time.sleep(8)  # rank 0 meets no one within its timeout
+        start = time.monotonic()
+        try:
+            xray = Xray(model, x, logdir=logdir, every=1, plan=plan, selector=selector, health=health,
+                        collective_timeout=3 if case in ("never_closes", "late_start") else 20, **options)
+        except DistributedMismatch as error:
+            if case != "late_start":
+                raise
+            result.update(error=str(error), construct_seconds=time.monotonic() - start)
+            return _finish(result, caught, logdir, rank)
         result["layers"] = sorted(xray.draft_plan())
         result["drafted"] = xray.draft_plan()
         result["types"] = {node["module"]: node["type"] for node in xray.architecture["nodes"] if node["kind"] == "module"}
@@ -122,10 +131,15 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
             result["nonfinite"] = _where(xray.first_nonfinite)
             result["prune"] = [[entry.layer, entry.parameters, entry.reason] for entry in xray.prune()]  # a dry run
             xray.close()
+    _finish(result, caught, logdir, rank)
+
+
+def _finish(result: dict, caught: list, logdir: str, rank: int) -> None:
     result["warnings"] = [str(warning.message) for warning in caught]
     with open(os.path.join(logdir, f"result{rank}.json"), "w") as file:
         json.dump(result, file)
-    dist.destroy_process_group()
+    if "construct_seconds" not in result:  # the group is broken after a failed collective: exit without it
+        dist.destroy_process_group()
     sys.stdout.flush()
     os._exit(0)  # see ddp_worker: the TCPStore's thread may abort the interpreter's teardown
 

@@ -188,3 +188,13 @@ def test_one_process_reports_a_nan_after_the_last_measured_iteration_at_close(tm
     assert [xray.first_nonfinite.step, xray.first_nonfinite.layer, xray.first_nonfinite.kind] == found
     findings = [finding for finding in reading.findings(str(tmp_path)) if finding.rule == "nonfinite"]
     assert [(finding.step, finding.layer) for finding in findings] == [(found[0], found[1])]
+
+
+def test_a_rank_that_creates_no_xray_makes_the_other_raise_within_xrays_timeout(tmp_path):
+    # Xray()'s tracing forward runs FSDP's all-gathers, which wait with the process group's timeout (30 s
+    # here); the ranks first meet in Xray's own collective, which gives up after collective_timeout (3 s).
+    rank0, rank1 = run_ranks("late_start", tmp_path)
+    assert "construction collective at step 0" in rank0["error"] and "waited more than 3 s" in rank0["error"]
+    assert "Every rank must create its Xray at the same point" in rank0["error"]
+    assert rank0["construct_seconds"] < 8  # the timeout ended it, not rank 1's arrival
+    assert "construction collective" in rank1["error"]  # rank 1 came late and found no one either
