@@ -106,3 +106,21 @@ def test_histograms_read_back_by_tensorboard_equal_numpy_histogram_on_the_same_e
             assert scale == 1.0 and piece.numel() == values.size
         else:
             assert scale > 1.0 and piece.numel() < values.size / 2
+
+
+def test_many_layers_are_bucketed_from_smaller_samples_with_their_exact_extremes():
+    """Thousands of small layers would each be counted exactly; together they are held to about TOTAL
+    values, each layer from a strided sample (never below FLOOR values) plus its exact extremes, with
+    counts scaled to the layer's size."""
+    from xray_tb.health.stats.histograms import FLOOR, SAMPLE, TOTAL, sampled_pieces
+
+    generator = torch.Generator().manual_seed(1)
+    weights = [torch.randn(64, 64, generator=generator) for _ in range(400)]  # 1.6 M values, each layer under SAMPLE
+    assert weights[0].numel() <= SAMPLE and 400 * weights[0].numel() > TOTAL
+    pieces, scales = sampled_pieces(weights)
+    assert sum(piece.numel() for piece in pieces) <= 1.1 * max(TOTAL, 400 * FLOOR)
+    for weight, piece, scale in zip(weights, pieces, scales):
+        assert FLOOR <= piece.numel() < weight.numel() and scale == pytest.approx(weight.numel() / piece.numel())
+        assert piece.min() == weight.min() and piece.max() == weight.max()  # the edges are the exact ones
+    few = [torch.randn(64, 64, generator=generator) for _ in range(3)]  # well under TOTAL: counted exactly
+    assert all(scale == 1.0 for scale in sampled_pieces(few)[1])

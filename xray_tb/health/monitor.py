@@ -126,7 +126,8 @@ class HealthMonitor:
         ago: frequent captures write in fewer, larger blocks)."""
         last = self._histogram_step
         if self.options.histograms and (last is None or step < last or step - last >= self.options.histograms_every):
-            weights = {layer.name: layer.param for layer in self.scope.weighted if layer.name in planned and not is_sharded(layer.param)}
+            wanted = set(planned)  # a list of thousands of layers: a scan of it per layer was quadratic
+            weights = {layer.name: layer.param for layer in self.scope.weighted if layer.name in wanted and not is_sharded(layer.param)}
             if weights:
                 event = event_pb2.Event(step=int(step), wall_time=time.time())
                 add_weight_histograms(event.summary, weights)
