@@ -129,4 +129,5 @@ class RunIndex:
         """The blobs of one indexed point (the last write of its step)."""
         if self._via_reader:
             return self._reader.last_write(ctx, experiment_id, run, tag, datum.step)
-        return series.Written(datum.step, datum.wall_time, series.read_blobs(self._provider, ctx, run, tag, datum.values, overlap=True))
+        blobs = series.read_blobs(self._provider, ctx, run, tag, datum.values, overlap=True, blob_reads=self._reader.blob_reads)
+        return series.Written(datum.step, datum.wall_time, blobs)

@@ -27,7 +27,7 @@ from tensorboard.backend.event_processing import data_provider as multiplexer_pr
 from tensorboard.data import provider
 from tensorboard.util import tensor_util
 
-from tb_plugin import metadata, run_listing, run_names
+from tb_plugin import blob_connections, metadata, run_listing, run_names
 
 #: Blob reads in flight at once when a whole series is read (each is a round trip to the data server).
 BLOB_READERS = 8
@@ -47,9 +47,11 @@ class Written:
 class SeriesReader:
     """Lists and reads the Xray blob series of a logdir; a repeated step reads as its last write."""
 
-    def __init__(self, data_provider, multiplexer=None):
-        """``multiplexer`` is ``TBContext.multiplexer``: TensorBoard passes it with the Python loader only."""
+    def __init__(self, data_provider, multiplexer=None, flags=None):
+        """``multiplexer`` is ``TBContext.multiplexer``: TensorBoard passes it with the Python loader
+        only; ``flags`` (``TBContext.flags``) give the credentials type of the data server's channel."""
         self._provider = data_provider
+        self.blob_reads = blob_connections.BlobReads(data_provider, flags)
         uses_multiplexer = isinstance(data_provider, multiplexer_provider.MultiplexerDataProvider)
         self._multiplexer = multiplexer if uses_multiplexer else None
         self.listings = run_listing.ListingCache(self)
@@ -149,11 +151,18 @@ class SeriesReader:
         return Written(datum.step, datum.wall_time, read_blobs(self._provider, ctx, run, tag, datum.values))
 
 
-def read_blobs(data_provider, ctx, run: str, tag: str, refs, *, overlap: bool = False) -> list[bytes]:
-    """The blobs of ``refs`` (``BlobReference``s). With ``overlap``, they are read at once on the blob
-    threads: on the fast loader each read waits about 40 ms for a delayed TCP acknowledgement, and
-    reads in flight together wait once (never from a blob thread itself)."""
+def read_blobs(data_provider, ctx, run: str, tag: str, refs, *, overlap: bool = False,
+               blob_reads: Optional[blob_connections.BlobReads] = None) -> list[bytes]:
+    """The blobs of ``refs`` (``BlobReference``s). With ``overlap``, they are read at once: on a local
+    fast-loader data server on a connection of their own (``blob_reads``, see
+    :mod:`tb_plugin.blob_connections`), else on the blob threads, where each read waits about 40 ms
+    for a delayed TCP acknowledgement and reads in flight together wait once (never from a blob
+    thread itself)."""
     with run_names.explain_unreadable(run, tag):
+        if overlap and blob_reads is not None:
+            fresh = blob_reads.read(ctx, [ref.blob_key for ref in refs])
+            if fresh is not None:
+                return fresh
         if overlap and len(refs) > 1:
             return list(_blob_readers().map(lambda ref: data_provider.read_blob(ctx, blob_key=ref.blob_key), refs))
         return [data_provider.read_blob(ctx, blob_key=ref.blob_key) for ref in refs]

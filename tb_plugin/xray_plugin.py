@@ -43,7 +43,7 @@ class XrayPlugin(base_plugin.TBPlugin):
 
     def __init__(self, context: base_plugin.TBContext):
         self._provider = context.data_provider
-        self._series = series.SeriesReader(context.data_provider, context.multiplexer)
+        self._series = series.SeriesReader(context.data_provider, context.multiplexer, context.flags)
         self._frames = frame_routes.FrameRoutes(context.data_provider, self._series)
         self._documents = versioned_cache.VersionedCache(_DOCUMENTS)  # (experiment, run, tag): (document,)
         self._layers = versioned_cache.VersionedCache(_DOCUMENTS)  # (experiment, run): /layers body
