@@ -5,8 +5,9 @@
 It starts the data server binary on the run's parent folder (127.0.0.1, a free port, stopped by its
 PID), waits until the run is loaded, and prints the median and max of 10 calls of each: the listing
 of the whole run, of one tag, of the runs; ``read_blob_sequences`` of one frame tag with 1,000 points
-and with 2; one ``read_blob`` of a frame's header and of its values, and both at once. The run is one
-written by ``bench/bench_long_run.py``.
+and with 2; one ``read_blob`` of a frame's header and of its values, and both at once; then the values,
+and both, read as the plugin reads them, on a connection of their own (``tb_plugin.blob_connections``).
+The run is one written by ``bench/bench_long_run.py``.
 """
 
 from __future__ import annotations
@@ -24,10 +25,13 @@ import tensorboard_data_server
 from tensorboard import context
 from tensorboard.data import grpc_provider, provider
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tb_plugin.blob_connections import BlobReads  # noqa: E402
+
 TAG = "xray/frame/0/weight"
 
 
-def timed(call, repeats: int = 10) -> str:
+def timed(call, repeats: int = 100) -> str:
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -69,7 +73,11 @@ def main() -> None:
             "read_blob, a frame's header": lambda: data.read_blob(ctx, blob_key=refs[0].blob_key),
             "read_blob, a frame's values": lambda: data.read_blob(ctx, blob_key=refs[1].blob_key),
             "read_blob, both at once": lambda: list(pool.map(lambda ref: data.read_blob(ctx, blob_key=ref.blob_key), refs)),
+            "its values on a connection of their own": lambda: fresh.read(ctx, [refs[1].blob_key]),
+            "both on a connection of their own": lambda: fresh.read(ctx, [ref.blob_key for ref in refs]),
         }
+        fresh = BlobReads(data)
+        assert fresh.address is not None and fresh.read(ctx, [refs[1].blob_key]) == [data.read_blob(ctx, blob_key=refs[1].blob_key)]
         for name, call in calls.items():
             print(f"{name:45s} {timed(call)}", flush=True)
     finally:
