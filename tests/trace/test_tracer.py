@@ -601,3 +601,22 @@ def test_custom_autograd_function_is_attributed_to_its_ops() -> None:
     arch = trace(UsesFunction(), (torch.randn(2, 3),))
     assert _ids(arch) == ["input:0", "module:fc:0", "function:mul:0", "function:sum:0", "output:0"]
     assert ("_SquareBackward", "function:mul:0") in _attributed(arch)
+
+
+def test_a_leaf_holding_one_parameter_under_two_names_counts_it_once_and_inplace_may_be_a_class_attribute() -> None:
+    class Tied(nn.Module):
+        inplace = True  # on the class, not set in __init__
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(3, 3))
+            self.alias = self.weight  # the same Parameter registered twice
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x @ self.weight
+
+    model = nn.Sequential(Tied(), nn.ReLU())
+    node = _node(trace(model, (torch.randn(2, 3),)), "module:0:0")
+    assert node["params"] == 9 == sum(p.numel() for p in model[0].parameters())
+    assert node["inplace"] is True
+    assert "inplace" not in _node(trace(nn.Sequential(nn.Linear(3, 3)), (torch.randn(2, 3),)), "module:0:0")
