@@ -140,7 +140,17 @@ def test_a_nan_in_one_ranks_shard_is_the_origin_on_every_rank(tmp_path):
     assert [result["nonfinite"] for result in results] == [[2, "2", "weight"], [2, "2", "weight"]]
 
 
-@pytest.mark.parametrize("case, found", [("late_weight", [3, "2", "weight"]), ("late_grad", [3, "0", "weight_grad"])])
+def nonfinite_findings(logdir: Path) -> list[tuple[int, str]]:
+    """(step, layer) of each nonfinite finding written to the run."""
+    return [(finding.step, finding.layer) for finding in reading.findings(str(logdir)) if finding.rule == "nonfinite"]
+
+
+#: Where a NaN planted after the last measured iteration starts: in rank 1's shard of layer 2's weight, or
+#: of layer 0's gradient (which rank 0 never sees); one process is the reference for both.
+LATE_NANS = [("late_weight", [3, "2", "weight"]), ("late_grad", [3, "0", "weight_grad"])]
+
+
+@pytest.mark.parametrize("case, found", LATE_NANS)
 def test_a_nan_after_the_last_measured_iteration_is_agreed_at_close_and_reported_once(tmp_path, case, found):
     # Iterations 0 and 1 are measured; the NaN comes at step 3 in rank 1's shard (a gradient's: rank 0 sees
     # nothing), and one rank closes 2 s after the other. One process reports the same (below).
@@ -149,8 +159,7 @@ def test_a_nan_after_the_last_measured_iteration_is_agreed_at_close_and_reported
     assert [result["nonfinite"] for result in results] == [found, found]
     assert [result.get("error") for result in results] == [None, None]
     assert [result["warnings"] for result in results] == [[], []]
-    findings = [finding for finding in reading.findings(str(tmp_path)) if finding.rule == "nonfinite"]
-    assert [(finding.step, finding.layer) for finding in findings] == [(found[0], found[1])]
+    assert nonfinite_findings(tmp_path) == [(found[0], found[1])]
 
 
 def test_a_rank_that_never_closes_leaves_the_other_to_close_after_the_timeout(tmp_path):
@@ -161,11 +170,11 @@ def test_a_rank_that_never_closes_leaves_the_other_to_close_after_the_timeout(tm
     # Rank 0 closed everything and reports the NaN as it saw it: its shards hold no NaN weight, and of the
     # gradients only layer 0's (the NaN weight row is rank 1's, and so is that row of layer 2's gradient).
     assert rank0["nonfinite"] == [3, "0", "weight_grad"]
-    assert [(finding.step, finding.layer) for finding in reading.findings(str(tmp_path)) if finding.rule == "nonfinite"] == [(3, "0")]
+    assert nonfinite_findings(tmp_path) == [(3, "0")]
     assert "nonfinite" not in rank1
 
 
-@pytest.mark.parametrize("case, found", [("late_weight", [3, "2", "weight"]), ("late_grad", [3, "0", "weight_grad"])])
+@pytest.mark.parametrize("case, found", LATE_NANS)
 def test_one_process_reports_a_nan_after_the_last_measured_iteration_at_close(tmp_path, case, found):
     # The reference for the FSDP runs above: the same NaN in the full model (rank 1 holds rows 2 of layer
     # 2's weight and 4 to 6 of layer 0's).
@@ -186,8 +195,7 @@ def test_one_process_reports_a_nan_after_the_last_measured_iteration_at_close(tm
         optimizer.step()
     xray.close()
     assert [xray.first_nonfinite.step, xray.first_nonfinite.layer, xray.first_nonfinite.kind] == found
-    findings = [finding for finding in reading.findings(str(tmp_path)) if finding.rule == "nonfinite"]
-    assert [(finding.step, finding.layer) for finding in findings] == [(found[0], found[1])]
+    assert nonfinite_findings(tmp_path) == [(found[0], found[1])]
 
 
 def test_a_rank_that_creates_no_xray_makes_the_other_raise_within_xrays_timeout(tmp_path):
