@@ -287,8 +287,13 @@ def _frame_tag_and_metadata(name: str, kind: str) -> tuple[str, summary_pb2.Summ
 
 def json_summary(tag: str, document: Any) -> summary_pb2.Summary:
     """A summary holding one JSON document under a meta tag (architecture or plan)."""
+    return encoded_json_summary(tag, json.dumps(document, separators=(",", ":"), check_circular=False).encode("utf-8"))
+
+
+def encoded_json_summary(tag: str, encoded: bytes) -> summary_pb2.Summary:
+    """:func:`json_summary` of a document already encoded as UTF-8 JSON."""
     summary = summary_pb2.Summary()
-    add_blobs(summary, tag, create_summary_metadata({"type": META_TAGS[tag]}), [json.dumps(document, separators=(",", ":"), check_circular=False).encode("utf-8")])
+    add_blobs(summary, tag, create_summary_metadata({"type": META_TAGS[tag]}), [encoded])
     return summary
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from typing import Iterator, Optional
 
 import torch
@@ -30,13 +31,15 @@ class UnsupportedLayout(ValueError):
     """A DTensor whose rows Xray cannot assign to ranks (only Shard(0) and Replicate placements)."""
 
 
-@functools.lru_cache(maxsize=None)  # asked for every planned tensor at every capture: import once
+def _loaded(module: str, name: str) -> Optional[type]:
+    """``module.name`` if the module is imported, else None: a model holds a DTensor or an FSDP module
+    only once their modules are imported, and importing them here would cost every user half a second
+    (they pull in torch._dynamo and sympy)."""
+    return getattr(sys.modules.get(module), name, None)
+
+
 def _dtensor_type() -> Optional[type]:
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # pragma: no cover - torch built without distributed
-        return None
-    return DTensor
+    return _loaded("torch.distributed.tensor", "DTensor")
 
 
 def is_sharded(tensor: Optional[torch.Tensor]) -> bool:
@@ -125,19 +128,14 @@ def _class_name(cls: type) -> str:
     return cls.__name__
 
 
-@functools.lru_cache(maxsize=None)
 def _fsdp_module_type() -> Optional[type]:
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # pragma: no cover - torch built without distributed
-        return None
-    return FSDPModule
+    return _loaded("torch.distributed.fsdp", "FSDPModule")
 
 
 def sharded_fsdp_modules(model: nn.Module) -> list[nn.Module]:
     """The ``fully_shard`` modules of ``model`` with sharded parameters now (theirs or their children's)."""
     fsdp = _fsdp_module_type()
-    if fsdp is None:  # pragma: no cover - torch built without distributed
+    if fsdp is None:  # FSDP not imported (or torch built without distributed): no FSDP module
         return []
     return [module for module in model.modules() if isinstance(module, fsdp) and any_sharded(module.parameters())]
 

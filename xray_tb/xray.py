@@ -137,10 +137,11 @@ class Xray:
         probe = arguments.probe_batch(probe, model)
         args, kwargs = arguments.example_inputs(model, example_input, input_size)
         distributed.meet_before_tracing(group, model)
-        self.architecture: dict = arguments.trace_model(model, args, kwargs)
+        architecture = arguments.trace_model(model, args, kwargs)
         self.run_id = uuid.uuid4().hex
         # Built on a recording with no sink yet, so that a bad plan is refused before anything is opened.
-        recording = Recording(model, self.architecture, None, self.run_id)
+        recording = Recording(model, architecture, None, self.run_id)
+        del architecture  # the recording keeps a compact copy: see the `architecture` property
         self._capture = Capturer(recording, selector=selector if selector is not None else RandomFilters(), storage_dtype=storage_dtype,
                                  budget_bytes=budget_bytes, layer_scalars=layer_scalars, probe=probe, loss_fn=loss_fn, group=group)
         first_plan = self._capture.prepare(self.draft_plan() if plan is None else plan)
@@ -156,7 +157,7 @@ class Xray:
         recording.arm_with(self._arm_for)
         if optimizer is not None:
             recording.count_optimizer_steps(optimizer)
-        recording.sink.add(metadata.json_summary(metadata.ARCHITECTURE_TAG, self.architecture), step=0)
+        recording.sink.add(metadata.encoded_json_summary(metadata.ARCHITECTURE_TAG, recording.architecture_json()), step=0)
         ref = weakref.ref(self)  # the monitor must not keep the Xray alive (its finalizer closes it)
 
         def capture_due(step: int) -> bool:  # with a probe, captures run on the probe batch: no activation statistics by default
@@ -170,6 +171,12 @@ class Xray:
     def recording(self) -> Recording:
         """What this Xray's parts share: the model, graph, sink, hooks and step counter."""
         return self._recording
+
+    @property
+    def architecture(self) -> dict:
+        """The model's traced dataflow graph (schema: :mod:`xray_tb.trace.tracer`); a fresh copy on
+        each access, decoded from the compact one kept."""
+        return self._recording.architecture
 
     @property
     def logdir(self) -> str:

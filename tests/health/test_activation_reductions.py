@@ -75,6 +75,22 @@ def test_dead_units_follow_the_window_as_it_fills_and_slides():
         assert family.dead(threshold=0.5) == ({"fc": [int(u) for u in np.flatnonzero(window <= 0.5)]} if (window <= 0.5).any() else {})
 
 
+def test_dead_units_at_a_threshold_just_below_or_above_each_maximum():
+    """The rings keep bfloat16 maxima rounded up: exact at thresholds bfloat16 represents, and for any
+    other threshold never dead where a value rose above it."""
+    layer = ActivationLayer("fc", None, None, "relu", {}, last_dim_units=True, prunable=None)
+    family = DeadUnits(["fc"], window=2, threshold=0.0)
+    maxima = np.array([0.0, 1e-30, 0.1, 0.5, 0.50001, 1.0, 1.0000001, 3.0], dtype=np.float32)
+    family.compute([ActivationValue(layer, torch.tensor(maxima[None, :]), None)], torch.tensor(math.nan))
+    for threshold in (0.0, 0.5, 1.0, 2.0, -1.0):  # represented by bfloat16: exact
+        expected = [int(u) for u in np.flatnonzero(maxima <= np.float32(threshold))]
+        assert family.dead(threshold=threshold) == ({"fc": expected} if expected else {}), threshold
+    for threshold in (0.1, 0.50001, 0.7, 1.0000001):  # not represented: never a unit above it called dead
+        dead = set(family.dead(threshold=threshold).get("fc", []))
+        assert all(maxima[u] <= np.float32(threshold) for u in dead), threshold
+        assert {int(u) for u in np.flatnonzero(maxima <= np.float32(threshold) * (1 - 2 ** -8))} <= dead, threshold
+
+
 def test_histograms_read_back_by_tensorboard_equal_numpy_histogram_on_the_same_edges(tmp_path):
     """Through TensorBoard's own reader: a small layer counted exactly, a large one (over SAMPLE values)
     from its strided sample plus exact extremes, counts scaled to its size."""

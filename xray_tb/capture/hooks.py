@@ -100,12 +100,14 @@ class TapRecorder:
     def __init__(self, model: nn.Module, modules: dict[str, nn.Module], taps: set[Tap], copy: set[Tap], grads: set[Tap]):
         self.latest: dict[Tap, TapValue] = {}
         self._model = model
-        calls: dict[str, set[int]] = {}
+        wanted: dict[str, dict[int, Tap]] = {}
         for tap in taps:  # one pass over the taps (a scan of them per module was quadratic)
-            calls.setdefault(tap.module, set()).add(tap.call)
-        targets = {name: (modules[name], calls[name]) for name in sorted(calls)}
-        # Built once: arming for a due step only registers them.
-        self._hooks = [(module, Hook(self._make_hook(name, wanted))) for name, (module, wanted) in targets.items()]
+            wanted.setdefault(tap.module, {})[tap.call] = tap
+        # Built once, small (one hook object for all modules: thousands of closures added up to a
+        # good share of what Xray holds between captures); arming for a due step only registers it.
+        self._targets: dict[int, tuple[str, dict[int, Tap]]] = {id(modules[name]): (name, wanted[name]) for name in sorted(wanted)}
+        self._modules = [modules[name] for name in sorted(wanted)]
+        self._hook = Hook(self._on_output)
         self._start_hook = Hook(self._start_forward)
         self._copy, self._grads = copy, grads
         self._calls: dict[str, int] = {}
@@ -129,11 +131,11 @@ class TapRecorder:
 
     def arm(self) -> None:
         """Register the hooks (no-op when armed or when there is nothing to tap)."""
-        if self.armed or not self._hooks:
+        if self.armed or not self._modules:
             return
         self._handles.append(self._model.register_forward_pre_hook(self._start_hook))
-        for module, hook in self._hooks:
-            self._handles.append(module.register_forward_hook(hook))
+        for module in self._modules:
+            self._handles.append(module.register_forward_hook(self._hook))
 
     def disarm(self) -> None:
         """Remove the module hooks; what was kept stays until :meth:`clear`."""
@@ -158,21 +160,19 @@ class TapRecorder:
             handle.remove()
         self._tensor_handles.clear()
 
-    def _make_hook(self, name: str, wanted: set[int]):
-        def hook(module, args, output):
-            if threading.get_ident() != self.owner:
-                return
-            call = self._calls.get(name, 0)
-            self._calls[name] = call + 1
-            if call in wanted and torch.is_grad_enabled():
-                try:
-                    self._keep(taps[call], tensors_with_paths(output))
-                except Exception as error:  # noqa: BLE001 - Xray must never break the user's forward
-                    self.latest.pop(taps[call], None)
-                    self.errors[taps[call]] = f"failed: keeping the output raised {type(error).__name__}: {error}"
-
-        taps = {call: Tap(name, call) for call in wanted}
-        return hook
+    def _on_output(self, module, args, output) -> None:
+        if threading.get_ident() != self.owner:
+            return
+        name, taps = self._targets[id(module)]
+        call = self._calls.get(name, 0)
+        self._calls[name] = call + 1
+        tap = taps.get(call)
+        if tap is not None and torch.is_grad_enabled():
+            try:
+                self._keep(tap, tensors_with_paths(output))
+            except Exception as error:  # noqa: BLE001 - Xray must never break the user's forward
+                self.latest.pop(tap, None)
+                self.errors[tap] = f"failed: keeping the output raised {type(error).__name__}: {error}"
 
     def _keep(self, tap: Tap, outputs: list[tuple[str, torch.Tensor]]) -> None:
         if not outputs:

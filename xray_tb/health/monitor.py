@@ -50,7 +50,7 @@ from xray_tb.sharding import is_sharded
 
 
 class HealthMonitor:
-    def __init__(self, model: nn.Module, graph: Graph, architecture: dict, options: HealthOptions, sink: EventSink,
+    def __init__(self, model: nn.Module, graph: Graph, options: HealthOptions, sink: EventSink,
                  capture_due: Callable[[int], bool], first_step: int = 0, layer_scalars: bool = False, group: Optional[Group] = None):
         self.options = options
         self._group = group  # under torch.distributed: activation statistics combine every rank's batch

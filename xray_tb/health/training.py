@@ -37,7 +37,7 @@ class TrainingHealth:
         options = as_options(health)
         if options is None:
             return
-        monitor = HealthMonitor(recording.model, recording.graph, recording.architecture, options, recording.sink, capture_due,
+        monitor = HealthMonitor(recording.model, recording.graph, options, recording.sink, capture_due,
                                 recording.next_step, layer_scalars=layer_scalars, group=group)
         if optimizer is not None:
             monitor.watch_optimizer(optimizer, lambda: None if recording.closed else recording.next_step, Hook, self.iteration)

@@ -13,6 +13,7 @@ from torch import nn
 
 from xray_tb import sharding
 from xray_tb.capture.selectors import Selector
+from xray_tb.trace.tracer import trace
 
 #: TensorBoard files steps as int64.
 STEP_RANGE = (-(2**63), 2**63 - 1)
@@ -188,8 +189,6 @@ def describe_inputs(args: tuple, kwargs: dict) -> str:
 
 def trace_model(model: nn.Module, args: tuple, kwargs: dict) -> dict:
     """The traced architecture; a forward that fails says so, with the shapes it was given."""
-    from xray_tb.trace.tracer import trace
-
     try:
         sharded = sharding.sharded_fsdp_modules(model)  # FSDP leaves the root's parameters unsharded after a forward
         return trace(model, args, kwargs, after_forward=lambda: sharding.reshard(sharded))

@@ -14,6 +14,9 @@ PASS_THROUGH_MODULES = frozenset(
 )
 CONV_TYPES = frozenset("Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d ConvTranspose3d".split())
 LINEAR_TYPES = frozenset("Linear Bilinear LazyLinear".split())
+#: The fields of a node that the questions below read; the index keeps only these (shapes, parents
+#: and parameter counts stay in the architecture document), so a big model's index stays small.
+_INDEXED_FIELDS = ("id", "kind", "module", "call", "type", "op", "kwargs", "inplace", "mutated_after")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +40,7 @@ class Graph:
     """An index over a traced architecture, built once: layers, successors, activations."""
 
     def __init__(self, architecture: dict):
-        nodes = architecture["nodes"]
+        nodes = [{key: node[key] for key in _INDEXED_FIELDS if key in node} for node in architecture["nodes"]]
         by_id = {node["id"]: node for node in nodes}
         order = {node["id"]: index for index, node in enumerate(nodes)}
         self._successors: dict[str, list[dict]] = {node["id"]: [] for node in nodes}

@@ -67,8 +67,14 @@ def _dunder_name(inner: str) -> tuple[str, bool]:
 
 @cache
 def _override_stubs() -> dict[Callable, Callable]:
-    """torch's table of overridable functions to stubs with their Python signatures."""
-    return get_testing_overrides()
+    """torch's table of overridable functions to stubs with their Python signatures, built uncached
+    (torch's own cache would hold its ~250 KB for the life of the process): see :func:`release_stubs`."""
+    return getattr(get_testing_overrides, "__wrapped__", get_testing_overrides)()
+
+
+def release_stubs() -> None:
+    """Drop the table once a trace is over (the signatures it gave stay cached, per function)."""
+    _override_stubs.cache_clear()
 
 
 @cache

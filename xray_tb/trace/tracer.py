@@ -136,7 +136,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from xray_tb import sharding
-from xray_tb.trace.op_names import op_kwargs, op_name
+from xray_tb.trace.op_names import op_kwargs, op_name, release_stubs
 from xray_tb.trace.state import preserved, without_cyclic_gc
 
 ATOMIC_TYPES: tuple[type[nn.Module], ...] = (nn.MultiheadAttention, nn.RNNBase)
@@ -152,17 +152,20 @@ def trace(model: nn.Module, args: tuple, kwargs: dict | None = None, after_forwa
     """Trace one forward ``model(*args, **kwargs)`` into the architecture schema (module doc).
     ``after_forward`` runs after the forward, before the model's state is restored (FSDP reshards there)."""
     recorder = _Recorder(model)
-    with preserved(model), _hooks(model, recorder), torch.enable_grad():
-        recorder.add_inputs(_tensors((args, kwargs or {})))
-        try:
-            with _RecordingMode(recorder):
-                output = model(*args, **(kwargs or {}))
-        finally:
-            if after_forward is not None:
-                after_forward()
-        recorder.mark_outputs_written_later()
-        recorder.add_outputs(_tensors(output))
-        return recorder.architecture()
+    try:
+        with preserved(model), _hooks(model, recorder), torch.enable_grad():
+            recorder.add_inputs(_tensors((args, kwargs or {})))
+            try:
+                with _RecordingMode(recorder):
+                    output = model(*args, **(kwargs or {}))
+            finally:
+                if after_forward is not None:
+                    after_forward()
+            recorder.mark_outputs_written_later()
+            recorder.add_outputs(_tensors(output))
+            return recorder.architecture()
+    finally:
+        release_stubs()
 
 
 # ----------------------------------------------------------------------------- helpers
