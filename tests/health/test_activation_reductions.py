@@ -59,6 +59,16 @@ def test_channel_variances_match_numpy_along_every_dimension():
         np.testing.assert_allclose(channel_variances(tensor, -1).numpy(), np.moveaxis(values, -1, 0).reshape(shape[-1], -1).var(axis=1, ddof=1), rtol=1e-5)
 
 
+@pytest.mark.parametrize("offset", [0.0, 1.0, 1e4], ids=["centred", "mean-like-spread", "cancellation"])
+def test_channel_variances_of_conv_activations_one_pass_or_two(offset):
+    tensor = torch.randn(16, 5, 6, 7, generator=torch.Generator().manual_seed(3)) + offset
+    tensor[:, 2] = offset  # a constant channel: variance exactly 0
+    values = tensor.double().numpy()
+    for dim in range(4):
+        expected = np.moveaxis(values, dim, 0).reshape(tensor.shape[dim], -1).var(axis=1, ddof=1)
+        np.testing.assert_allclose(channel_variances(tensor, dim).numpy(), expected, rtol=1e-5, atol=1e-6 * (1 + offset))
+
+
 def test_dead_units_follow_the_window_as_it_fills_and_slides():
     layer = ActivationLayer("fc", None, None, "relu", {}, last_dim_units=True, prunable=None)
     family = DeadUnits(["fc"], window=3, threshold=0.0)

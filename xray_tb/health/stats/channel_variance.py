@@ -5,6 +5,7 @@ draw), and its mean is the ``channel_var`` statistic."""
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -15,14 +16,34 @@ from xray_tb.health.stats.base import ActivationStatistic, ActivationValue
 def channel_variances(tensor: torch.Tensor, dim: int) -> torch.Tensor:
     """The variance of ``tensor`` over every dimension but ``dim``, one value per index along ``dim``.
 
-    Two passes (the mean, then the squared deviations from it): as stable as ``Tensor.var`` and, on
-    a CPU, two to three times faster than its multi-dimension reduction for activations of this size.
+    On a CPU, with dimensions after ``dim`` (a conv's positions), one pass: per-channel sums and sums
+    of squares, each reduced first along those contiguous dimensions (half the time of two passes),
+    falling back to two passes where a channel's mean is large against its spread (cancellation) or a
+    value is not finite. Otherwise, and on an accelerator (where that check would cost a sync), two
+    passes (the mean, then the squared deviations from it): as stable as ``Tensor.var`` and faster
+    than its multi-dimension reduction.
     """
     dim = dim % tensor.dim()
-    others = [d for d in range(tensor.dim()) if d != dim]
     values = tensor.float()
+    if values.device.type == "cpu" and values.is_contiguous() and math.prod(values.shape[dim + 1:]) > 1:
+        variances = _one_pass(values, dim)
+        if variances is not None:
+            return variances
+    others = [d for d in range(tensor.dim()) if d != dim]
     deviations = values - values.mean(dim=others, keepdim=True)
     return deviations.square_().sum(dim=others) / (values.numel() // values.shape[dim] - 1)
+
+
+def _one_pass(values: torch.Tensor, dim: int) -> Optional[torch.Tensor]:
+    channels = values.shape[dim]
+    view = values.view(-1, channels, math.prod(values.shape[dim + 1:]))
+    count = view.shape[0] * view.shape[2]
+    sums, square_sums = view.sum(2).double().sum(0), (view * view).sum(2).double().sum(0)
+    mean = sums / count
+    variances = (square_sums - sums * mean) / (count - 1)
+    if not bool((variances * 100.0 >= mean * mean).all()):  # cancellation, or a value not finite
+        return None
+    return variances.clamp_(min=0.0).float()
 
 
 class ChannelVariance(ActivationStatistic):
