@@ -49,7 +49,7 @@ class DeadUnits(ActivationStatistic):
     def compute_shared(self, gathered: torch.Tensor, nan: torch.Tensor) -> dict[str, list[torch.Tensor]]:
         maxima, start = gathered.amax(dim=0), 0
         for row in self._added:  # each rank's row becomes the maximum over the ranks
-            row.copy_(_rounded_up(maxima[start:start + row.numel()].float()))
+            _write_rounded_up(row, maxima[start:start + row.numel()].float())
             start += row.numel()
         return self._fractions()
 
@@ -109,7 +109,7 @@ class _Ring:
         """Write the next row (the unit maxima of ``tensor`` over ``others``) and return it."""
         row = self.rows[self._written % len(self.rows)]
         maxima = tensor.amax(dim=others) if others else tensor
-        row.copy_(_rounded_up(maxima.float()))
+        _write_rounded_up(row, maxima.float())
         self._written += 1
         return row
 
@@ -119,8 +119,18 @@ class _Ring:
         return self.rows[0] if filled == 1 else self.rows[:filled].amax(dim=0)
 
 
-def _rounded_up(values: torch.Tensor) -> torch.Tensor:
-    """float32 ``values`` as bfloat16, each rounded up to the nearest bfloat16 at or above it (NaN stays NaN)."""
+def _write_rounded_up(row: torch.Tensor, values: torch.Tensor) -> None:
+    """Write float32 ``values`` into the bfloat16 ``row``, each rounded up to the nearest bfloat16 at
+    or above it (NaN stays NaN). On a CPU through numpy on the bits (a bfloat16 is the upper half of a
+    float32: positive values with lower bits set go one up, the others are cut); else with torch ops."""
+    if values.device.type == "cpu":
+        floats = values.contiguous().numpy()
+        bits = floats.view(np.uint32)
+        upper = (bits >> 16).astype(np.uint16)
+        upper += ((bits & 0xFFFF) != 0) & (bits < 0x7F800000)  # positive, finite and not exact in bfloat16
+        upper[np.isnan(floats)] = 0x7FC0  # a NaN whose payload sat in the lower half would be cut to an infinity
+        row.view(torch.int16).numpy()[:] = upper.view(np.int16)
+        return
     nearest = values.to(torch.bfloat16)
     above = torch.nextafter(nearest, torch.full((), math.inf, dtype=torch.bfloat16, device=values.device))
-    return torch.where(nearest.float() < values, above, nearest)
+    row.copy_(torch.where(nearest.float() < values, above, nearest))
