@@ -101,6 +101,31 @@ def test_dead_units_at_a_threshold_just_below_or_above_each_maximum():
         assert {int(u) for u in np.flatnonzero(maxima <= np.float32(threshold) * (1 - 2 ** -8))} <= dead, threshold
 
 
+def test_rounding_up_to_bfloat16_on_the_bits_equals_torch_nextafter():
+    """The CPU path (numpy on the bits) and the accelerator path (torch ops) write the same rows."""
+    from xray_tb.health.stats.dead_units import _write_rounded_up, rounded_up
+
+    special = [0.1, 1.0, -0.1, 0.0, -0.0, 3e38, 3.4028235e38, math.inf, -math.inf, math.nan, 1e-40, -1e-40, 0.50001, -0.50001]
+    values = torch.cat([torch.tensor(special), torch.randn(10_000, generator=torch.Generator().manual_seed(0)) * 100])
+    row = torch.empty(len(values), dtype=torch.bfloat16)
+    _write_rounded_up(row, values)
+    expected = rounded_up(values)
+    assert torch.equal(row.isnan(), expected.isnan())
+    assert torch.equal(row[~row.isnan()].float(), expected[~expected.isnan()].float())
+    assert bool((row.float()[~row.isnan()] >= values[~row.isnan()]).all())  # never below the value
+
+
+def test_nonfinite_flags_on_the_host_equal_the_device_path():
+    from xray_tb.health.stats.outputs import device_flags, nonfinite_flags
+
+    tensors = [torch.randn(4, 5), torch.tensor([1.0, math.nan]), torch.tensor([-math.inf, 0.0]), torch.randn(3).half(),
+               torch.tensor([math.inf]).bfloat16(), torch.randn(2, dtype=torch.float64), None, torch.arange(3)]
+    host = nonfinite_flags(tensors)
+    assert [None if f is None else float(f) for f in host] == [0.0, 1.0, 1.0, 0.0, 1.0, 0.0, None, None]
+    present = [t for t in tensors if t is not None and t.is_floating_point()]
+    assert [float(f) for f in device_flags(present)] == [float(f) for f in host if f is not None]
+
+
 def test_histograms_read_back_by_tensorboard_equal_numpy_histogram_on_the_same_edges(tmp_path):
     """Through TensorBoard's own reader: a small layer counted exactly, a large one (over SAMPLE values)
     from its strided sample plus exact extremes, counts scaled to its size."""

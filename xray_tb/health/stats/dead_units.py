@@ -131,6 +131,12 @@ def _write_rounded_up(row: torch.Tensor, values: torch.Tensor) -> None:
         upper[np.isnan(floats)] = 0x7FC0  # a NaN whose payload sat in the lower half would be cut to an infinity
         row.view(torch.int16).numpy()[:] = upper.view(np.int16)
         return
+    row.copy_(rounded_up(values))
+
+
+def rounded_up(values: torch.Tensor) -> torch.Tensor:
+    """float32 ``values`` as bfloat16, each rounded up to the nearest bfloat16 at or above it, with
+    torch ops (on any device)."""
     nearest = values.to(torch.bfloat16)
     above = torch.nextafter(nearest, torch.full((), math.inf, dtype=torch.bfloat16, device=values.device))
-    row.copy_(torch.where(nearest.float() < values, above, nearest))
+    return torch.where(nearest.float() < values, above, nearest)

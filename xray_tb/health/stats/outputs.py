@@ -26,16 +26,18 @@ def nonfinite_flags(tensors: list[Optional[torch.Tensor]]) -> list[Optional[torc
     out: list[Optional[torch.Tensor]] = [None] * len(tensors)
     if not present:
         return out
-    if all(t.device.type == "cpu" for t in present):
-        flags = [_FLAGS[_host_nonfinite(t)] for t in present]
-    elif len({t.device for t in present}) == 1:
-        extremes = torch.stack([value for t in present for value in torch.aminmax(t)]).float()
-        flags = (~torch.isfinite(extremes.view(-1, 2)).all(dim=1)).float().unbind()
-    else:  # a model spread over devices: one flag per tensor
-        flags = [(~torch.isfinite(torch.stack(torch.aminmax(t)).float()).all()).float() for t in present]
+    flags = [_FLAGS[_host_nonfinite(t)] for t in present] if all(t.device.type == "cpu" for t in present) else device_flags(present)
     for i, flag in zip(indices, flags):
         out[i] = flag
     return out
+
+
+def device_flags(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The flags of float tensors with torch ops and no host sync: one batched check per device."""
+    if len({t.device for t in tensors}) == 1:
+        extremes = torch.stack([value for t in tensors for value in torch.aminmax(t)]).float()
+        return list((~torch.isfinite(extremes.view(-1, 2)).all(dim=1)).float().unbind())
+    return [(~torch.isfinite(torch.stack(torch.aminmax(t)).float()).all()).float() for t in tensors]  # a model spread over devices
 
 
 #: The two answers on a CPU, shared (read only: stacked into rows, never written).
