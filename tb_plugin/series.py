@@ -24,6 +24,7 @@ from typing import Any, Optional
 import numpy as np
 from tensorboard import errors
 from tensorboard.backend.event_processing import data_provider as multiplexer_provider
+from tensorboard.compat.proto import summary_pb2
 from tensorboard.data import provider
 from tensorboard.util import tensor_util
 
@@ -58,6 +59,9 @@ class SeriesReader:
 
     def list(self, ctx, experiment_id: str, run: Optional[str] = None) -> dict[str, dict]:
         """``{run: {tag: BlobSequenceTimeSeries}}`` of the Xray tags whose content version we read."""
+        if self._multiplexer is not None:
+            runs = [run] if run is not None else sorted(self._multiplexer.Runs())
+            return {name: listed for name in runs if (listed := self._listed_from_multiplexer(name)) or name == run}
         run_filter = provider.RunTagFilter(runs=[run]) if run is not None else None
         listing = self._provider.list_blob_sequences(
             ctx, experiment_id=experiment_id, plugin_name=metadata.PLUGIN_NAME, run_tag_filter=run_filter
@@ -66,6 +70,33 @@ class SeriesReader:
             run_name: {tag: ts for tag, ts in tags.items() if metadata.parse_plugin_content(ts.plugin_content)}
             for run_name, tags in (listing or {}).items()
         }
+
+    def _listed_from_multiplexer(self, run: str) -> dict:
+        """One run's listing on the Python loader, without the provider's look at every point's tensor
+        (1.4 µs a point: 0.6 s for a run of 10,000 captures of 40 tags, on every new listing).
+        ``max_step`` and ``max_wall_time`` are exact; ``max_length`` is the last point's blob count,
+        which serves the same purpose here: a version that changes with the data."""
+        listed = {}
+        try:
+            summaries = self._multiplexer.GetAccumulator(run).AllSummaryMetadata()
+        except KeyError:  # no such run (any more)
+            return listed
+        for tag, summary in summaries.items():
+            if summary.data_class != summary_pb2.DATA_CLASS_BLOB_SEQUENCE or summary.plugin_data.plugin_name != metadata.PLUGIN_NAME:
+                continue
+            if not metadata.parse_plugin_content(summary.plugin_data.content):
+                continue
+            events = _events(self._multiplexer, run, tag)
+            if events:
+                listed[tag] = provider.BlobSequenceTimeSeries(
+                    max_step=max(event.step for event in events),
+                    max_wall_time=max(event.wall_time for event in events),
+                    max_length=len(events[-1].tensor_proto.string_val),
+                    plugin_content=summary.plugin_data.content,
+                    description=summary.summary_description,
+                    display_name=summary.display_name,
+                )
+        return listed
 
     def run_tags(self, ctx, experiment_id: str, run: str, probe: tuple[str, ...] = ()) -> dict:
         """The Xray tags of ``run``; 404 when it has none. With ``probe``, a listing kept while those
