@@ -123,7 +123,8 @@ def _write_rounded_up(row: torch.Tensor, values: torch.Tensor) -> None:
     """Write float32 ``values`` into the bfloat16 ``row``, each rounded up to the nearest bfloat16 at
     or above it (NaN stays NaN). On a CPU through numpy on the bits (a bfloat16 is the upper half of a
     float32: positive values with lower bits set go one up, the others are cut); else with torch ops."""
-    if values.device.type == "cpu":
+    values = values.to(row.device)  # the maxima gathered over ranks may sit elsewhere
+    if row.device.type == "cpu":
         floats = values.contiguous().numpy()
         bits = floats.view(np.uint32)
         upper = (bits >> 16).astype(np.uint16)
