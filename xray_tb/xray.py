@@ -164,7 +164,8 @@ class Xray:
             xray = ref()
             return xray is not None and xray._capture.probe is None and xray.is_due(step)
 
-        self._health = TrainingHealth(recording, health, optimizer, capture_due, layer_scalars, group)
+        modules = first_plan[3]  # the prepared plan's dict(model.named_modules()): health's scope shares it
+        self._health = TrainingHealth(recording, health, optimizer, capture_due, layer_scalars, group, modules=modules)
         self._install(first_plan)
 
     @property

@@ -51,13 +51,14 @@ from xray_tb.sharding import is_sharded
 
 class HealthMonitor:
     def __init__(self, model: nn.Module, graph: Graph, options: HealthOptions, sink: EventSink,
-                 capture_due: Callable[[int], bool], first_step: int = 0, layer_scalars: bool = False, group: Optional[Group] = None):
+                 capture_due: Callable[[int], bool], first_step: int = 0, layer_scalars: bool = False, group: Optional[Group] = None,
+                 modules: Optional[dict[str, nn.Module]] = None):
         self.options = options
         self._group = group  # under torch.distributed: activation statistics combine every rank's batch
         self.layer_scalars = layer_scalars
         self._last_step = int(first_step)  # the step of the latest iteration
         self._prune_plan = model_scalars.PrunePlan()
-        self.scope = scope = Scope(model, graph)
+        self.scope = scope = Scope(model, graph, modules)
         self._sink = sink
         self._capture_due = capture_due
         self._schedule = as_schedule(options.activations)

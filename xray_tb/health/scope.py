@@ -65,8 +65,9 @@ class ActivationLayer:
 class Scope:
     """The layers health covers: :attr:`weighted` and :attr:`activations`, each in dataflow order."""
 
-    def __init__(self, model: nn.Module, graph: Graph):
-        self.modules = dict(model.named_modules())
+    def __init__(self, model: nn.Module, graph: Graph, modules: Optional[dict[str, nn.Module]] = None):
+        """``modules`` is ``dict(model.named_modules())`` when the caller has it already (Xray's capture)."""
+        self.modules = dict(model.named_modules()) if modules is None else modules
         called = list(graph.layers)
         #: Every layer name, in dataflow order (first calls), then modules the forward never calls.
         self.order = called + [name for name in self.modules if name and name not in graph.layers]

@@ -31,14 +31,15 @@ class TrainingHealth:
     variance, the first non-finite value and findings (see docs/health.md)."""
 
     def __init__(self, recording: Recording, health: Union[bool, HealthOptions, None], optimizer: Optional[torch.optim.Optimizer],
-                 capture_due: Callable[[int], bool], layer_scalars: bool = False, group: Optional[Group] = None):
+                 capture_due: Callable[[int], bool], layer_scalars: bool = False, group: Optional[Group] = None,
+                 modules: Optional[dict] = None):
         self._warned: set = set()
         self.monitor: Optional[HealthMonitor] = None
         options = as_options(health)
         if options is None:
             return
         monitor = HealthMonitor(recording.model, recording.graph, options, recording.sink, capture_due,
-                                recording.next_step, layer_scalars=layer_scalars, group=group)
+                                recording.next_step, layer_scalars=layer_scalars, group=group, modules=modules)
         if optimizer is not None:
             monitor.watch_optimizer(optimizer, lambda: None if recording.closed else recording.next_step, Hook, self.iteration)
         recording.on_release(monitor.close)
