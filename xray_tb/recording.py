@@ -19,6 +19,7 @@ from typing import Callable, Iterator, Optional
 import torch
 from torch import nn
 
+from xray_tb.capture.shared_reductions import SharedReductions
 from xray_tb.capture.hooks import Hook, TapRecorder
 from xray_tb.io.reader import last_recorded_step
 from xray_tb.io import remote_event_file
@@ -42,6 +43,8 @@ class Recording:
         self.next_step = 0
         #: The tap recorder of the plan in force (set by the capture when it installs a plan).
         self.recorder: Optional[TapRecorder] = None
+        #: Reductions of the step's tensors, shared by the frames' statistics and training health.
+        self.reductions = SharedReductions()
         self._sink: Optional[EventSink] = sink
         self._released: Optional[EventSink] = None  # the sink once released: a remote one may still be uploading
         self._step_hook = None

@@ -260,36 +260,38 @@ class Xray:
                     "when the step is not due), or pass optimizer= so Xray counts optimizer steps",
                 )
         checked = recording.next_step if counted_by_optimizer else step
-        if not counted_by_optimizer:
-            self._health.iteration(step)  # every call is an iteration (with optimizer=, its step pre-hook)
         cached_step, due = self._due  # usually asked already, when the hooks were set for this step
-        if not (due if cached_step == checked else self.is_due(checked)):
-            # The common call, on every training step that is not due: keep it to a count.
+        due = due if cached_step == checked else self.is_due(checked)
+        with recording.reductions:  # the frames' statistics reuse what training health reduces of the same tensors
             if not counted_by_optimizer:
-                recording.next_step = step + 1
-                self._arm_for(step + 1)
-            return None
-        try:
-            if not self._writes:  # another rank writes the frames; this one gives its rows of sharded parameters
-                capturer.gather_shards(step)
-                return step
-            if capturer.probe is not None if probe is None else probe:
-                if capturer.probe is None:
-                    raise ValueError("take_graphs(probe=True) needs a probe batch: Xray(..., probe=(x, y), loss_fn=...)")
-                capturer.run_probe()
-            if last_step is not None and step <= last_step:
-                capturer.warn_once("step", f"take_graphs(step={step}) after step {last_step}: TensorBoard keeps one frame per step, steps should increase")
-            self.last_report, frames = capturer.record(step)
-            self._readback.remember(step, frames)
-            self._health.capture(step, list(capturer.plan))
-            sink.flush()
-            self._readback.last_step = step
-        finally:
-            if not counted_by_optimizer:
-                recording.next_step = step + 1
-            if self._schedule is not None:
-                recording.recorder.clear()  # nothing is held between scheduled captures
-            self._arm_for(recording.next_step)
+                self._health.iteration(step)  # every call is an iteration (with optimizer=, its step pre-hook)
+            if not due:
+                # The common call, on every training step that is not due: keep it to a count.
+                if not counted_by_optimizer:
+                    recording.next_step = step + 1
+                    self._arm_for(step + 1)
+                return None
+            try:
+                if not self._writes:  # another rank writes the frames; this one gives its rows of sharded parameters
+                    capturer.gather_shards(step)
+                    return step
+                if capturer.probe is not None if probe is None else probe:
+                    if capturer.probe is None:
+                        raise ValueError("take_graphs(probe=True) needs a probe batch: Xray(..., probe=(x, y), loss_fn=...)")
+                    capturer.run_probe()
+                if last_step is not None and step <= last_step:
+                    capturer.warn_once("step", f"take_graphs(step={step}) after step {last_step}: TensorBoard keeps one frame per step, steps should increase")
+                self.last_report, frames = capturer.record(step)
+                self._readback.remember(step, frames)
+                self._health.capture(step, list(capturer.plan))
+                sink.flush()
+                self._readback.last_step = step
+            finally:
+                if not counted_by_optimizer:
+                    recording.next_step = step + 1
+                if self._schedule is not None:
+                    recording.recorder.clear()  # nothing is held between scheduled captures
+                self._arm_for(recording.next_step)
         return step
 
     # Delegated: read-back, training health, Attention-IoU ------------------------------------------

@@ -23,6 +23,7 @@ from xray_tb.capture.hooks import TapValue
 from xray_tb.capture.sharded import Gathered
 from xray_tb.capture.selectors import SelectionInfo, Selector, check_selection
 from xray_tb.capture.frame_statistics import as_float_array, frame_statistics
+from xray_tb.capture.shared_reductions import SharedReductions
 
 #: Why a planned kind could not be recorded, by reason key.
 MISSING_REASONS = {
@@ -78,6 +79,8 @@ class CaptureContext:
     layer_scalars: bool = False  # also write the statistics as xray_stats/<layer>/<kind>/<stat> scalars
     #: The selected rows of sharded parameters (FSDP), gathered from every rank, or why they are missing.
     gathered: dict = dataclasses.field(default_factory=dict)
+    #: Reductions of this step's tensors that training health took already (see SharedReductions).
+    reductions: Optional[SharedReductions] = None
 
 
 def capture(context: CaptureContext, step: int, wall_time: float) -> Capture:
@@ -112,7 +115,7 @@ def capture(context: CaptureContext, step: int, wall_time: float) -> Capture:
                 result.report.frames += 1
                 result.report.bytes += values.nbytes
     try:
-        statistics = frame_statistics([tensor for _, tensor in measured])
+        statistics = frame_statistics([tensor for _, tensor in measured], context.reductions)
     except Exception as error:  # noqa: BLE001 - the frames are worth writing without their statistics
         statistics = []
         result.report.missing.extend((h.name, h.kind, f"failed: statistics: {type(error).__name__}: {error}") for h, _ in measured)

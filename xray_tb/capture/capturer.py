@@ -113,6 +113,7 @@ class Capturer:
             run_id=self.recording.run_id,
             layer_scalars=self.layer_scalars,
             gathered=gathered,
+            reductions=self.recording.reductions,
         )
         result = capture(context, step, time.time())
         if result.event.summary.value:

@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 import torch
 
 from tb_plugin.metadata import STATS
+from xray_tb.capture.shared_reductions import SharedReductions
 
 
-def frame_statistics(tensors: list[torch.Tensor]) -> list[dict[str, float]]:
+def frame_statistics(tensors: list[torch.Tensor], reductions: Optional[SharedReductions] = None) -> list[dict[str, float]]:
     """Mean, std (n - 1), min, max and the count of NaN/Inf values over each whole tensor.
 
-    CPU tensors are reduced with numpy, without a copy; tensors on an accelerator are reduced there
-    and brought to the host together, with one sync for all of them. Non-finite values are not
-    dropped: a NaN anywhere makes mean, std, min and max NaN.
+    CPU tensors are reduced with numpy, without a copy, through ``reductions`` (what training health
+    reduced of the same tensor at this step is not computed again); tensors on an accelerator are
+    reduced there and brought to the host together, with one sync for all of them. Non-finite values
+    are not dropped: a NaN anywhere makes mean, std, min and max NaN.
     """
+    reductions = SharedReductions() if reductions is None else reductions
     results: list[dict[str, float]] = [{} for _ in tensors]
     on_device = [(i, t) for i, t in enumerate(tensors) if t.device.type != "cpu"]
     for i, tensor in enumerate(tensors):
         if tensor.device.type == "cpu":
-            results[i] = _host_statistics(tensor)
+            results[i] = _host_statistics(tensor, reductions)
     if on_device:
         target = on_device[0][1].device
         rows = torch.stack([_device_statistics(t).to(target) for _, t in on_device]).tolist()
@@ -38,28 +42,30 @@ def as_float_array(tensor: torch.Tensor) -> np.ndarray:
     return values.numpy()
 
 
-def _host_statistics(tensor: torch.Tensor) -> dict[str, float]:
-    # Four single-threaded passes without a copy: this runs once per frame, cold, inside a training
-    # loop. float32 sums are pairwise in numpy and einsum's dot product stays within ~1e-7 of a float64
-    # one. No BLAS: np.dot would wake numpy's BLAS threads, which then spin beside the training loop.
-    values = as_float_array(tensor).reshape(-1)
+def _host_statistics(tensor: torch.Tensor, reductions: SharedReductions) -> dict[str, float]:
+    # Single-threaded passes without a copy, shared with training health (see SharedReductions): this
+    # runs once per frame, cold, inside a training loop. float32 sums are pairwise in numpy and einsum's
+    # dot product stays within ~1e-7 of a float64 one.
+    if not tensor.is_floating_point():
+        tensor = tensor.float()
+    values = reductions.values(tensor)
     size = values.size
     if size == 0:
         return dict(zip(STATS, [float("nan")] * (len(STATS) - 1) + [0.0]))
+    total, squares = reductions.sums(tensor)
     with np.errstate(all="ignore"):
-        total = float(np.add.reduce(values))
         if not math.isfinite(total):  # a non-finite value, or a float32 sum that overflowed
             total = float(np.add.reduce(values, dtype=np.float64))
         mean = total / size
         std = 0.0
         if size > 1:
-            variance = (float(np.einsum("i,i->", values, values)) - mean * total) / (size - 1)
+            variance = (squares - mean * total) / (size - 1)
             if not (0.0 < variance < math.inf and mean * mean <= 10.0 * variance):  # overflow or cancellation:
                 mean = float(np.add.reduce(values, dtype=np.float64)) / size  # two passes in float64
                 deviation = np.subtract(values, mean, dtype=np.float64)
                 variance = float(np.add.reduce(np.square(deviation, out=deviation))) / (size - 1)
             std = variance ** 0.5
-        low, high = float(np.minimum.reduce(values)), float(np.maximum.reduce(values))
+    low, high = reductions.extremes(tensor)
     # A float64 sum of float32 values cannot overflow, so a finite mean means every value is finite.
     nonfinite = 0 if math.isfinite(mean) else size - int(np.count_nonzero(np.isfinite(values)))
     return dict(zip(STATS, [mean, std, low, high, float(nonfinite)]))

@@ -43,6 +43,7 @@ from xray_tb.health.stats import (
 )
 from xray_tb.health.stats.histograms import add_weight_histograms
 from xray_tb.capture.hooks import TapRecorder
+from xray_tb.capture.shared_reductions import SharedReductions
 from xray_tb.capture.schedules import as_schedule
 from xray_tb.io.sink import EventSink
 from xray_tb.distributed import Group, combine_activations
@@ -52,8 +53,9 @@ from xray_tb.sharding import is_sharded
 class HealthMonitor:
     def __init__(self, model: nn.Module, graph: Graph, options: HealthOptions, sink: EventSink,
                  capture_due: Callable[[int], bool], first_step: int = 0, layer_scalars: bool = False, group: Optional[Group] = None,
-                 modules: Optional[dict[str, nn.Module]] = None):
+                 modules: Optional[dict[str, nn.Module]] = None, reductions: Optional[SharedReductions] = None):
         self.options = options
+        self._reductions = SharedReductions() if reductions is None else reductions  # shared with the frames' statistics
         self._group = group  # under torch.distributed: activation statistics combine every rank's batch
         self.layer_scalars = layer_scalars
         self._last_step = int(first_step)  # the step of the latest iteration
@@ -76,7 +78,7 @@ class HealthMonitor:
         self.dead = DeadUnits(activated, options.dead_window, options.dead_threshold)
         self.activation_families: list[ActivationStatistic] = [
             self.dead, Saturation(activated, options.saturation_margin), ChannelVariance(activated, options.channel_dim)]
-        self._checks = ForwardChecks(list(scope.output_taps))
+        self._checks = ForwardChecks(list(scope.output_taps), self._reductions)
         self._sentinel = NonFiniteSentinel(weighted)
         self._shards = ShardedHealth.of(group, [layer.param for layer in scope.weighted], self._sentinel)  # FSDP
         self.rules = make_rules(options.rules, options.dead_window)
@@ -185,7 +187,7 @@ class HealthMonitor:
     def _measure_activations(self, step: int) -> None:
         kept = self._recorder.latest
         scope = self.scope
-        with torch.no_grad():
+        with torch.no_grad(), self._reductions:  # inside take_graphs(), the frames reuse what is reduced here
             values = []
             for layer in scope.activations:
                 source = kept.get(layer.source.tap)
@@ -193,17 +195,21 @@ class HealthMonitor:
                 if source is not None and source.outputs:
                     tensor = next(iter(source.outputs.values()))
                     activation = recompute(layer.source.op, dict(layer.source.kwargs), tensor) if layer.source.op else tensor
-                values.append(ActivationValue(layer, activation, _first(kept.get(scope.output_taps[layer.name]))))
+                values.append(ActivationValue(layer, activation, _first(kept.get(scope.output_taps[layer.name])), self._reductions))
             activations = {value.layer.name: value.activation for value in values}
-            checks = self._checks.compute([_first(kept.get(tap)) for tap in scope.output_taps.values()],
-                                          [activations.get(name) for name in scope.output_taps])
-            shared = ([None] * len(self.activation_families) if self._group is None else
-                      combine_activations(self._group, step, self.activation_families, values, checks, self._nan))
+            outputs = [_first(kept.get(tap)) for tap in scope.output_taps.values()]
+            checked = [activations.get(name) for name in scope.output_taps]
+            if self._group is None:  # the families first: the checks take their maxima from the units' ones
+                results = [family.compute(values, self._nan) for family in self.activation_families]
+                checks = self._checks.compute(outputs, checked)
+            else:
+                checks = self._checks.compute(outputs, checked)
+                shared = combine_activations(self._group, step, self.activation_families, values, checks, self._nan)
+                results = [family.compute(values, self._nan) if result is None else result
+                           for family, result in zip(self.activation_families, shared)]
             row: list = []
             vectors: dict = {}
-            for family, result in zip(self.activation_families, shared):
-                if result is None:
-                    result = family.compute(values, self._nan)
+            for family, result in zip(self.activation_families, results):
                 for column in family.columns:
                     row.extend(result[column])
                 vectors.update({stat: (family.layers, tensors) for stat, tensors in family.vectors().items()})

@@ -52,8 +52,12 @@ class NonFiniteSentinel:
             if self._on_cpu is None:
                 self._on_cpu = all(w.device.type == "cpu" for w in weights)
             if self._on_cpu:  # the common CPU case first, with as little Python as possible
-                present = [g for g in grads if g is not None and g.layout == torch.strided]  # sparse ones: at measured iterations
-                if not present or math.isfinite(float(torch.stack([g.sum(dtype=torch.float32) for g in present]).sum())):
+                total, seen = 0.0, False
+                for g in grads:  # one reduction per gradient, added up on the host: no stack, no allocation
+                    if g is not None and g.layout == torch.strided:  # sparse ones: at measured iterations
+                        total += float(g.sum(dtype=torch.float32))  # a float16 sum would overflow
+                        seen = True
+                if not seen or math.isfinite(total):
                     return  # no gradient yet (weights are then checked at measured iterations), or all finite
             tensors = [*weights, *grads]
             positions = [i for i, t in enumerate(tensors) if t is not None and t.layout == torch.strided and t.numel()]

@@ -39,7 +39,8 @@ class TrainingHealth:
         if options is None:
             return
         monitor = HealthMonitor(recording.model, recording.graph, options, recording.sink, capture_due,
-                                recording.next_step, layer_scalars=layer_scalars, group=group, modules=modules)
+                                recording.next_step, layer_scalars=layer_scalars, group=group, modules=modules,
+                                reductions=recording.reductions)
         if optimizer is not None:
             monitor.watch_optimizer(optimizer, lambda: None if recording.closed else recording.next_step, Hook, self.iteration)
         recording.on_release(monitor.close)

@@ -21,6 +21,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from xray_tb.capture.shared_reductions import SharedReductions
 from xray_tb.health.scope import ActivationLayer
 
 
@@ -36,11 +37,15 @@ class IterationView:
 
 @dataclasses.dataclass
 class ActivationValue:
-    """One activation layer at a health step: its activation and its output (None when not seen)."""
+    """One activation layer at a health step: its activation and its output (None when not seen), and
+    the step's :class:`~xray_tb.capture.shared_reductions.SharedReductions`: a reduction taken through
+    it (a unit's maximum, a channel's sums) is computed once per tensor and step, for every family and
+    for the frames' statistics."""
 
     layer: ActivationLayer
     activation: Optional[torch.Tensor]
     output: Optional[torch.Tensor]
+    reductions: Optional[SharedReductions] = None
 
 
 class Statistic:

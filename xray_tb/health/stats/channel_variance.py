@@ -5,45 +5,47 @@ draw), and its mean is the ``channel_var`` statistic."""
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
+import numpy as np
 import torch
 
+from xray_tb.capture.shared_reductions import SharedReductions
 from xray_tb.health.stats.base import ActivationStatistic, ActivationValue
 
 
-def channel_variances(tensor: torch.Tensor, dim: int) -> torch.Tensor:
+def channel_variances(tensor: torch.Tensor, dim: int, reductions: Optional[SharedReductions] = None) -> torch.Tensor:
     """The variance of ``tensor`` over every dimension but ``dim``, one value per index along ``dim``.
 
     On a CPU, with dimensions after ``dim`` (a conv's positions), one pass: per-channel sums and sums
-    of squares, each reduced first along those contiguous dimensions (half the time of two passes),
-    falling back to two passes where a channel's mean is large against its spread (cancellation) or a
-    value is not finite. Otherwise, and on an accelerator (where that check would cost a sync), two
+    of squares, each reduced first along those contiguous dimensions (half the time of two passes;
+    through ``reductions``, whose sums the frame statistics of the same tensor reuse), falling back to
+    two passes where a channel's mean is large against its spread (cancellation) or a value is not
+    finite. Otherwise, and on an accelerator (where that check would cost a sync), two
     passes (the mean, then the squared deviations from it): as stable as ``Tensor.var`` and faster
     than its multi-dimension reduction.
     """
     dim = dim % tensor.dim()
-    values = tensor.float()
-    if values.device.type == "cpu" and values.is_contiguous() and math.prod(values.shape[dim + 1:]) > 1:
-        variances = _one_pass(values, dim)
+    sums = (SharedReductions() if reductions is None else reductions).channel_sums(tensor, dim)  # float32 and float64 only
+    if sums is not None:
+        variances = _one_pass(*sums)
         if variances is not None:
             return variances
+    values = tensor.float()
     others = [d for d in range(tensor.dim()) if d != dim]
     deviations = values - values.mean(dim=others, keepdim=True)
     return deviations.square_().sum(dim=others) / (values.numel() // values.shape[dim] - 1)
 
 
-def _one_pass(values: torch.Tensor, dim: int) -> Optional[torch.Tensor]:
-    channels = values.shape[dim]
-    view = values.view(-1, channels, math.prod(values.shape[dim + 1:]))
-    count = view.shape[0] * view.shape[2]
-    sums, square_sums = view.sum(2).double().sum(0), (view * view).sum(2).double().sum(0)
-    mean = sums / count
-    variances = (square_sums - sums * mean) / (count - 1)
-    if not bool((variances * 100.0 >= mean * mean).all()):  # cancellation, or a value not finite
+def _one_pass(sums: np.ndarray, square_sums: np.ndarray, count: int) -> Optional[torch.Tensor]:
+    if count < 2:
         return None
-    return variances.clamp_(min=0.0).float()
+    with np.errstate(all="ignore"):
+        mean = sums / count
+        variances = (square_sums - sums * mean) / (count - 1)
+        if not (variances * 100.0 >= mean * mean).all():  # cancellation, or a value not finite
+            return None
+    return torch.from_numpy(np.maximum(variances, 0.0).astype(np.float32))
 
 
 class ChannelVariance(ActivationStatistic):
@@ -58,7 +60,7 @@ class ChannelVariance(ActivationStatistic):
         means = []
         for i, value in enumerate(values):
             found = self._measured(value)
-            vector = None if found is None else channel_variances(*found)
+            vector = None if found is None else channel_variances(*found, value.reductions)
             self._last[i] = vector
             means.append(None if vector is None else vector.mean())
         return {"channel_var": means}

@@ -64,7 +64,8 @@ class DeadUnits(ActivationStatistic):
                 units = tensor.shape[dim]
                 if ring is None or ring.units != units or ring.rows.device != tensor.device:
                     ring = self._rings[i] = _Ring(self._window, units, tensor.device)
-                added.append(ring.add(tensor, [d for d in range(tensor.dim()) if d != dim]))
+                maxima = value.reductions.unit_maxima(tensor, dim) if value.reductions is not None else None
+                added.append(ring.add(tensor, [d for d in range(tensor.dim()) if d != dim], maxima))
         self._added = added
         return added
 
@@ -105,10 +106,12 @@ class _Ring:
         self.rows = torch.empty((window, units), dtype=torch.bfloat16, device=device)
         self._written = 0
 
-    def add(self, tensor: torch.Tensor, others: list[int]) -> torch.Tensor:
-        """Write the next row (the unit maxima of ``tensor`` over ``others``) and return it."""
+    def add(self, tensor: torch.Tensor, others: list[int], maxima: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Write the next row (the unit maxima of ``tensor`` over ``others``, or ``maxima`` when they
+        were computed already) and return it."""
         row = self.rows[self._written % len(self.rows)]
-        maxima = tensor.amax(dim=others) if others else tensor
+        if maxima is None:
+            maxima = tensor.amax(dim=others) if others else tensor
         _write_rounded_up(row, maxima.float())
         self._written += 1
         return row

@@ -8,25 +8,27 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-import numpy as np
 import torch
 
+from xray_tb.capture.shared_reductions import SharedReductions
 from xray_tb.health.stats.base import Statistic
 
 
-def nonfinite_flags(tensors: list[Optional[torch.Tensor]]) -> list[Optional[torch.Tensor]]:
+def nonfinite_flags(tensors: list[Optional[torch.Tensor]], reductions: Optional[SharedReductions] = None) -> list[Optional[torch.Tensor]]:
     """1.0 for each tensor holding a NaN or an infinity, else 0.0 (None for None or non-float ones).
 
     A NaN or an infinity shows in a tensor's minimum or maximum, and neither can overflow. On a CPU,
-    numpy's minimum and maximum (no copy, no wake-up of torch's thread pool, a shared 0-d flag per
-    answer); on an accelerator, one ``aminmax`` per tensor, then one batched check of all of them.
+    numpy's minimum and maximum through ``reductions`` (no copy, no wake-up of torch's thread pool, the
+    maximum taken from unit maxima computed before; a shared 0-d flag per answer); on an accelerator,
+    one ``aminmax`` per tensor, then one batched check of all of them.
     """
     indices = [i for i, t in enumerate(tensors) if t is not None and t.is_floating_point() and t.numel()]
     present = [tensors[i] for i in indices]
     out: list[Optional[torch.Tensor]] = [None] * len(tensors)
     if not present:
         return out
-    flags = [_FLAGS[_host_nonfinite(t)] for t in present] if all(t.device.type == "cpu" for t in present) else device_flags(present)
+    reductions = SharedReductions() if reductions is None else reductions
+    flags = [_FLAGS[_host_nonfinite(t, reductions)] for t in present] if all(t.device.type == "cpu" for t in present) else device_flags(present)
     for i, flag in zip(indices, flags):
         out[i] = flag
     return out
@@ -44,11 +46,11 @@ def device_flags(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
 _FLAGS = (torch.tensor(0.0), torch.tensor(1.0))
 
 
-def _host_nonfinite(tensor: torch.Tensor) -> bool:
-    if tensor.dtype not in (torch.float32, torch.float64, torch.float16):  # numpy has no bfloat16
+def _host_nonfinite(tensor: torch.Tensor, reductions: SharedReductions) -> bool:
+    if tensor.dtype not in (torch.float32, torch.float64):  # numpy has no bfloat16: no float32 copy
         return not bool(torch.isfinite(torch.stack(torch.aminmax(tensor)).float()).all())
-    values = tensor.detach().reshape(-1).numpy()
-    return not (math.isfinite(float(np.minimum.reduce(values))) and math.isfinite(float(np.maximum.reduce(values))))
+    low, high = reductions.extremes(tensor)
+    return not (math.isfinite(low) and math.isfinite(high))
 
 
 class ForwardChecks(Statistic):
@@ -57,6 +59,10 @@ class ForwardChecks(Statistic):
     columns = ("output_nonfinite", "activation_nonfinite")
     internal = True
 
+    def __init__(self, layers: list[str], reductions: Optional[SharedReductions] = None):
+        super().__init__(layers)
+        self.reductions = reductions
+
     def compute(self, outputs: list[Optional[torch.Tensor]], activations: list[Optional[torch.Tensor]]) -> dict[str, list]:
-        flags = nonfinite_flags([*outputs, *activations])  # one batch for both
+        flags = nonfinite_flags([*outputs, *activations], self.reductions)  # one batch for both
         return {"output_nonfinite": flags[: len(outputs)], "activation_nonfinite": flags[len(outputs):]}

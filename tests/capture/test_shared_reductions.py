@@ -1,0 +1,113 @@
+"""SharedReductions: each reduction equals numpy's, is computed once per tensor within a scope, and is
+never reused for a tensor written in place or once the scope ended."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from xray_tb import Xray
+from xray_tb.capture.frame_statistics import frame_statistics
+from xray_tb.capture.shared_reductions import SharedReductions
+
+
+def conv_activation(seed: int = 0) -> torch.Tensor:
+    return torch.randn(8, 6, 7, 5, generator=torch.Generator().manual_seed(seed)).relu()
+
+
+def test_reductions_equal_numpy_references():
+    tensor = conv_activation()
+    values = tensor.numpy().astype(np.float64)
+    reductions = SharedReductions()
+    np.testing.assert_array_equal(reductions.unit_maxima(tensor, 1).numpy(), values.max(axis=(0, 2, 3)).astype(np.float32))
+    sums, squares, count = reductions.channel_sums(tensor, 1)
+    assert count == 8 * 7 * 5
+    np.testing.assert_allclose(sums, values.sum(axis=(0, 2, 3)), rtol=1e-6)
+    np.testing.assert_allclose(squares, (values ** 2).sum(axis=(0, 2, 3)), rtol=1e-6)
+    assert reductions.extremes(tensor) == (values.min(), values.max())
+    total, square_total = reductions.sums(tensor)
+    assert total == pytest.approx(values.sum(), rel=1e-6) and square_total == pytest.approx((values ** 2).sum(), rel=1e-6)
+    assert reductions.channel_sums(torch.randn(4, 3), 1) is None  # no positions after the channel: the reader's own path
+
+
+def test_whole_tensor_reductions_come_from_the_unit_ones_within_a_scope():
+    tensor = conv_activation(1)
+    values = tensor.numpy().astype(np.float64)
+    with SharedReductions() as reductions:
+        reductions.unit_maxima(tensor, 1)
+        sums, squares, _ = reductions.channel_sums(tensor, 1)
+        view = tensor.detach()  # another reader's view of the same memory is the same entry
+        maxima = reductions.unit_maxima(view, 1)
+        assert maxima is reductions.unit_maxima(tensor, 1)
+        assert reductions.extremes(view) == (values.min(), values.max())
+        assert reductions.sums(view) == (float(sums.sum()), float(squares.sum()))  # the channel sums, added in float64
+        assert float(sums.sum()) == pytest.approx(values.sum(), rel=1e-6)
+    assert not reductions._entries  # dropped when the scope ends: no tensor is held after take_graphs()
+
+
+def test_a_tensor_written_in_place_is_reduced_again():
+    tensor = conv_activation(2)
+    with SharedReductions() as reductions:
+        before = reductions.extremes(tensor)
+        tensor[0, 0, 0, 0] = math.nan
+        low, high = reductions.extremes(tensor)
+        assert before[0] == 0.0 and math.isnan(low) and math.isnan(high)
+        tensor[0, 0, 0, 0] = -5.0
+        assert reductions.extremes(tensor) == (-5.0, before[1])
+
+
+def test_nested_scopes_keep_entries_until_the_outermost_ends():
+    tensor = conv_activation(3)
+    reductions = SharedReductions()
+    with reductions:
+        with reductions:
+            first = reductions.unit_maxima(tensor, 1)
+        assert reductions.unit_maxima(tensor, 1) is first
+    assert reductions.unit_maxima(tensor, 1) is not first  # outside a scope nothing is kept
+
+
+def test_a_nan_shows_in_every_reduction():
+    tensor = conv_activation(4)
+    tensor[3, 2, 1, 0] = math.nan
+    with SharedReductions() as reductions:
+        assert math.isnan(reductions.unit_maxima(tensor, 1)[2])
+        assert all(math.isnan(v) for v in reductions.extremes(tensor))
+        assert math.isnan(reductions.sums(tensor)[0])
+        (stats,) = frame_statistics([tensor], reductions)
+    assert stats["nonfinite"] == 1.0 and math.isnan(stats["mean"]) and math.isnan(stats["max"])
+
+
+def test_frames_at_a_capture_reuse_what_health_reduced_and_stay_exact(tmp_path, monkeypatch):
+    """Training health reduces the conv's activation first (dead units, channel variance); the frame's
+    statistics are taken from those reductions and equal the activation's own."""
+    from xray_tb.capture import capture as capture_module
+
+    seen = []
+
+    def spy(tensors, reductions=None):
+        reused = [any(entry.channels for _, entry in reductions._entries.values())]  # health's channel sums are there
+        results = frame_statistics(tensors, reductions)
+        seen.append((tensors, results, reused))
+        return results
+
+    monkeypatch.setattr(capture_module, "frame_statistics", spy)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    x = torch.randn(16, 1, 8, 8)
+    with Xray(model, x, logdir=str(tmp_path), every=1) as xray:
+        xray.set_plan({"0": {"activation": True}})
+        model(x).square().mean().backward()
+        xray.take_graphs(0)
+        assert xray.dead_units() is not None
+    (tensors, results, reused), = seen
+    assert reused == [True]
+    values = torch.relu(model[0](x)).detach().numpy().astype(np.float64)
+    (stats,) = results
+    assert stats["mean"] == pytest.approx(values.mean(), rel=1e-6)
+    assert stats["std"] == pytest.approx(values.std(ddof=1), rel=1e-5)
+    assert stats["min"] == values.min() and stats["max"] == pytest.approx(values.max(), rel=1e-6)
+    assert stats["nonfinite"] == 0.0

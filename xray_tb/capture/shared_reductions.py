@@ -1,0 +1,147 @@
+"""Reductions of the tensors seen at one step, computed once and shared by the frame statistics and
+training health.
+
+At a capture several readers go over the same activations: training health's non-finite checks (a
+tensor's minimum and maximum), its dead units (each unit's maximum), its channel variance (each
+channel's sums of values and of squares) and the frames' statistics (the whole tensor's sum, sum of
+squares, minimum and maximum). On a CPU each pass over a tensor costs about the same whatever it
+computes, so :class:`SharedReductions` computes each reduction once per tensor and step, and derives
+the whole-tensor ones from the per-unit ones computed before them: a tensor's maximum is the largest of
+its unit maxima, its sums are the sums of its channel sums (added in float64).
+
+Only CPU tensors are handled (numpy reads them without a copy); for a tensor on an accelerator every
+method returns None and the reader uses its own batched device reductions. Two views of the same memory
+(the readers keep their own detached views of a layer's output) are one entry: entries are matched by
+address, shape, strides and dtype, and by the version counter, so a tensor written in place since is
+reduced again. An entry holds its tensor, so its memory cannot pass to another tensor while the entry
+lives; the entries are dropped when the outermost scope (``with reductions:``) ends: at the end of
+``take_graphs()``, or of a health step run from an optimizer hook. Outside a scope nothing is kept.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+import torch
+
+#: dtypes whose channel sums are taken without a copy (others are read as float32 copies).
+_SHARED_DTYPES = (torch.float32, torch.float64)
+
+
+class _Entry:
+    __slots__ = ("tensor", "values", "maxima", "channels", "low", "high", "total", "squares")
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+        values = tensor if tensor.dtype in _SHARED_DTYPES else tensor.float()
+        self.values = values.numpy().reshape(-1)  # a copy only for other dtypes or a tensor not laid out contiguously
+        self.maxima: dict[int, torch.Tensor] = {}  # unit dim: float32 unit maxima
+        self.channels: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # channel dim: float64 sums and sums of squares
+        self.low = self.high = self.total = self.squares = None
+
+
+class SharedReductions:
+    """Reductions of CPU tensors, each computed once per tensor within a scope (``with reductions:``)."""
+
+    def __init__(self):
+        self._entries: dict[tuple, tuple[int, _Entry]] = {}  # memory key: (version, entry)
+        self._depth = 0
+
+    def __enter__(self) -> "SharedReductions":
+        """A scope: what is computed is kept until the outermost scope ends (scopes nest)."""
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._depth -= 1
+        if not self._depth and self._entries:
+            self._entries.clear()
+
+    def unit_maxima(self, tensor: torch.Tensor, dim: int) -> Optional[torch.Tensor]:
+        """Each unit's largest value along ``dim`` over every other dimension, float32 (NaN where the
+        unit holds a NaN); None for a tensor on an accelerator."""
+        entry = self._entry(tensor)
+        if entry is None:
+            return None
+        dim %= tensor.dim()
+        maxima = entry.maxima.get(dim)
+        if maxima is None:
+            others = [d for d in range(tensor.dim()) if d != dim]
+            maxima = entry.maxima[dim] = (entry.tensor.amax(dim=others) if others else entry.tensor).float()
+        return maxima
+
+    def channel_sums(self, tensor: torch.Tensor, dim: int) -> Optional[tuple[np.ndarray, np.ndarray, int]]:
+        """For each index along ``dim``: the float64 sums of the values and of their squares over every
+        other dimension, and how many values each sums. Taken along the contiguous positions after
+        ``dim`` first (a conv's), one pass each; None where there are none (``dim`` last), for a float
+        tensor not laid out contiguously in float32 or float64, and on an accelerator."""
+        entry = self._entry(tensor)
+        if entry is None or not entry.values.size or tensor.dtype not in _SHARED_DTYPES or not tensor.is_contiguous():
+            return None
+        dim %= tensor.dim()
+        positions = math.prod(tensor.shape[dim + 1:])
+        if positions <= 1:
+            return None
+        found = entry.channels.get(dim)
+        if found is None:
+            view = entry.values.reshape(-1, tensor.shape[dim], positions)
+            with np.errstate(all="ignore"):
+                sums = np.add.reduce(np.add.reduce(view, axis=2), axis=0, dtype=np.float64)
+                squares = np.add.reduce(np.einsum("lcp,lcp->lc", view, view), axis=0, dtype=np.float64)
+            found = entry.channels[dim] = (sums, squares)
+        return found[0], found[1], tensor.numel() // tensor.shape[dim]
+
+    def extremes(self, tensor: torch.Tensor) -> Optional[tuple[float, float]]:
+        """The tensor's minimum and maximum (NaN when it holds a NaN), its maximum taken from unit maxima
+        computed before; None on an accelerator or for an empty tensor."""
+        entry = self._entry(tensor)
+        if entry is None or not entry.values.size:
+            return None
+        if entry.low is None:
+            with np.errstate(all="ignore"):
+                entry.low = float(np.minimum.reduce(entry.values))
+                maxima = next(iter(entry.maxima.values()), None)
+                entry.high = float(np.maximum.reduce(entry.values if maxima is None else maxima.numpy().reshape(-1)))
+        return entry.low, entry.high
+
+    def sums(self, tensor: torch.Tensor) -> Optional[tuple[float, float]]:
+        """The tensor's sum and sum of squares: from channel sums computed before (float64), else one
+        float32 pass each (pairwise sum, and an ``einsum`` dot product, which wakes no BLAS threads).
+        Either may overflow to infinity or be NaN: the reader checks. None on an accelerator or empty."""
+        entry = self._entry(tensor)
+        if entry is None or not entry.values.size:
+            return None
+        if entry.total is None:
+            channels = next(iter(entry.channels.values()), None)
+            with np.errstate(all="ignore"):
+                if channels is not None:
+                    entry.total, entry.squares = float(np.add.reduce(channels[0])), float(np.add.reduce(channels[1]))
+                else:
+                    entry.total = float(np.add.reduce(entry.values))
+                    entry.squares = float(np.einsum("i,i->", entry.values, entry.values))
+        return entry.total, entry.squares
+
+    def values(self, tensor: torch.Tensor) -> Optional[np.ndarray]:
+        """The tensor's values as a flat float32 or float64 numpy array (no copy where its dtype and
+        layout allow); None on an accelerator."""
+        entry = self._entry(tensor)
+        return None if entry is None else entry.values
+
+    def _entry(self, tensor: torch.Tensor) -> Optional[_Entry]:
+        if tensor.device.type != "cpu" or not tensor.is_floating_point() or tensor.layout != torch.strided:
+            return None
+        tensor = tensor.detach()
+        try:
+            version = tensor._version
+        except RuntimeError:  # an inference tensor has no version counter: not kept
+            return _Entry(tensor)
+        if not self._depth:
+            return _Entry(tensor)
+        key = (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.dtype)
+        found = self._entries.get(key)
+        if found is None or found[0] != version:
+            found = self._entries[key] = (version, _Entry(tensor))
+        return found[1]
+
