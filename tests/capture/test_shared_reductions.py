@@ -29,7 +29,8 @@ def test_reductions_equal_numpy_references():
     np.testing.assert_allclose(sums, values.sum(axis=(0, 2, 3)), rtol=1e-6)
     np.testing.assert_allclose(squares, (values ** 2).sum(axis=(0, 2, 3)), rtol=1e-6)
     assert reductions.extremes(tensor) == (values.min(), values.max())
-    total, square_total = reductions.sums(tensor)
+    flat, total, square_total, low, high = reductions.whole(tensor)
+    assert flat.shape == (tensor.numel(),) and (low, high) == (values.min(), values.max())
     assert total == pytest.approx(values.sum(), rel=1e-6) and square_total == pytest.approx((values ** 2).sum(), rel=1e-6)
     assert reductions.channel_sums(torch.randn(4, 3), 1) is None  # no positions after the channel: the reader's own path
 
@@ -44,7 +45,7 @@ def test_whole_tensor_reductions_come_from_the_unit_ones_within_a_scope():
         maxima = reductions.unit_maxima(view, 1)
         assert maxima is reductions.unit_maxima(tensor, 1)
         assert reductions.extremes(view) == (values.min(), values.max())
-        assert reductions.sums(view) == (float(sums.sum()), float(squares.sum()))  # the channel sums, added in float64
+        assert reductions.whole(view)[1:3] == (float(sums.sum()), float(squares.sum()))  # the channel sums, added in float64
         assert float(sums.sum()) == pytest.approx(values.sum(), rel=1e-6)
     assert not reductions._entries  # dropped when the scope ends: no tensor is held after take_graphs()
 
@@ -76,7 +77,7 @@ def test_a_nan_shows_in_every_reduction():
     with SharedReductions() as reductions:
         assert math.isnan(reductions.unit_maxima(tensor, 1)[2])
         assert all(math.isnan(v) for v in reductions.extremes(tensor))
-        assert math.isnan(reductions.sums(tensor)[0])
+        assert math.isnan(reductions.whole(tensor)[1])
         (stats,) = frame_statistics([tensor], reductions)
     assert stats["nonfinite"] == 1.0 and math.isnan(stats["mean"]) and math.isnan(stats["max"])
 

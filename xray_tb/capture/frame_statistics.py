@@ -48,24 +48,23 @@ def _host_statistics(tensor: torch.Tensor, reductions: SharedReductions) -> dict
     # dot product stays within ~1e-7 of a float64 one.
     if not tensor.is_floating_point():
         tensor = tensor.float()
-    values = reductions.values(tensor)
-    size = values.size
-    if size == 0:
+    found = reductions.whole(tensor)
+    if found is None:  # empty
         return dict(zip(STATS, [float("nan")] * (len(STATS) - 1) + [0.0]))
-    total, squares = reductions.sums(tensor)
-    with np.errstate(all="ignore"):
-        if not math.isfinite(total):  # a non-finite value, or a float32 sum that overflowed
-            total = float(np.add.reduce(values, dtype=np.float64))
-        mean = total / size
-        std = 0.0
-        if size > 1:
-            variance = (squares - mean * total) / (size - 1)
-            if not (0.0 < variance < math.inf and mean * mean <= 10.0 * variance):  # overflow or cancellation:
-                mean = float(np.add.reduce(values, dtype=np.float64)) / size  # two passes in float64
+    values, total, squares, low, high = found
+    size = values.size
+    if not math.isfinite(total):  # a non-finite value, or a float32 sum that overflowed
+        total = float(np.add.reduce(values, dtype=np.float64))
+    mean = total / size
+    std = 0.0
+    if size > 1:
+        variance = (squares - mean * total) / (size - 1)  # Python floats: an overflow is an infinity, no warning
+        if not (0.0 < variance < math.inf and mean * mean <= 10.0 * variance):  # overflow or cancellation:
+            with np.errstate(all="ignore"):  # two passes in float64
+                mean = float(np.add.reduce(values, dtype=np.float64)) / size
                 deviation = np.subtract(values, mean, dtype=np.float64)
                 variance = float(np.add.reduce(np.square(deviation, out=deviation))) / (size - 1)
-            std = variance ** 0.5
-    low, high = reductions.extremes(tensor)
+        std = variance ** 0.5
     # A float64 sum of float32 values cannot overflow, so a finite mean means every value is finite.
     nonfinite = 0 if math.isfinite(mean) else size - int(np.count_nonzero(np.isfinite(values)))
     return dict(zip(STATS, [mean, std, low, high, float(nonfinite)]))

@@ -101,47 +101,50 @@ class SharedReductions:
             return None
         if entry.low is None:
             with np.errstate(all="ignore"):
-                entry.low = float(np.minimum.reduce(entry.values))
-                maxima = next(iter(entry.maxima.values()), None)
-                entry.high = float(np.maximum.reduce(entry.values if maxima is None else maxima.numpy().reshape(-1)))
+                _extremes(entry)
         return entry.low, entry.high
 
-    def sums(self, tensor: torch.Tensor) -> Optional[tuple[float, float]]:
-        """The tensor's sum and sum of squares: from channel sums computed before (float64), else one
-        float32 pass each (pairwise sum, and an ``einsum`` dot product, which wakes no BLAS threads).
-        Either may overflow to infinity or be NaN: the reader checks. None on an accelerator or empty."""
+    def whole(self, tensor: torch.Tensor) -> Optional[tuple[np.ndarray, float, float, float, float]]:
+        """The tensor's flat values (float32 or float64, no copy where its dtype and layout allow), sum,
+        sum of squares, minimum and maximum. The sums come from channel sums computed before (added in
+        float64), else from one float32 pass each (pairwise sum, and an ``einsum`` dot product, which
+        wakes no BLAS threads); either may overflow to infinity or be NaN: the reader checks. None on
+        an accelerator or for an empty tensor."""
         entry = self._entry(tensor)
         if entry is None or not entry.values.size:
             return None
-        if entry.total is None:
-            channels = next(iter(entry.channels.values()), None)
+        if entry.total is None or entry.low is None:
             with np.errstate(all="ignore"):
-                if channels is not None:
-                    entry.total, entry.squares = float(np.add.reduce(channels[0])), float(np.add.reduce(channels[1]))
-                else:
-                    entry.total = float(np.add.reduce(entry.values))
-                    entry.squares = float(np.einsum("i,i->", entry.values, entry.values))
-        return entry.total, entry.squares
-
-    def values(self, tensor: torch.Tensor) -> Optional[np.ndarray]:
-        """The tensor's values as a flat float32 or float64 numpy array (no copy where its dtype and
-        layout allow); None on an accelerator."""
-        entry = self._entry(tensor)
-        return None if entry is None else entry.values
+                if entry.total is None:
+                    channels = next(iter(entry.channels.values()), None)
+                    if channels is not None:
+                        entry.total, entry.squares = float(np.add.reduce(channels[0])), float(np.add.reduce(channels[1]))
+                    else:
+                        entry.total = float(np.add.reduce(entry.values))
+                        entry.squares = float(np.einsum("i,i->", entry.values, entry.values))
+                if entry.low is None:
+                    _extremes(entry)
+        return entry.values, entry.total, entry.squares, entry.low, entry.high
 
     def _entry(self, tensor: torch.Tensor) -> Optional[_Entry]:
         if tensor.device.type != "cpu" or not tensor.is_floating_point() or tensor.layout != torch.strided:
             return None
         tensor = tensor.detach()
+        if not self._depth:
+            return _Entry(tensor)
         try:
             version = tensor._version
         except RuntimeError:  # an inference tensor has no version counter: not kept
             return _Entry(tensor)
-        if not self._depth:
-            return _Entry(tensor)
-        key = (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.dtype)
+        key = (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype)
         found = self._entries.get(key)
         if found is None or found[0] != version:
             found = self._entries[key] = (version, _Entry(tensor))
         return found[1]
 
+
+
+def _extremes(entry: _Entry) -> None:
+    entry.low = float(np.minimum.reduce(entry.values))
+    maxima = next(iter(entry.maxima.values()), None)
+    entry.high = float(np.maximum.reduce(entry.values if maxima is None else maxima.numpy().reshape(-1)))
