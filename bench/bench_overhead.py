@@ -36,6 +36,8 @@ EVERY is --every (default 10), the capture frequency of every variant:
   health         Xray with training health on and no capture due: per-iteration statistics only
   every-health   (every) with training health on
   health-thin    (health) thinned: HealthOptions(every=4)
+  act-thin       (defaults) with the activation statistics at one capture in four:
+                 HealthOptions(activations=4 * EVERY)
 
 Each variant's loop is set up once and warmed up, as in a long training. Then, round after round
 and in a new shuffled order each round, every variant runs three windows of steps on --threads
@@ -94,6 +96,7 @@ XRAY_VARIANTS = {
     "health": (at([]), False, False, True),
     "every-health": ("every", False, False, True),
     "health-thin": (at([]), False, False, HealthOptions(every=4)),
+    "act-thin": ("every", False, False, "act-thin"),
 }
 # the variants whose take_graphs() is called on every step (manual calls it on due steps only)
 TAKE_EACH_STEP = {variant for variant in XRAY_VARIANTS if variant != "manual"}
@@ -201,6 +204,7 @@ class Loop:
         if variant in XRAY_VARIANTS:
             schedule, everything, shared, health = XRAY_VARIANTS[variant]
             schedule = EVERY if schedule == "every" else schedule
+            health = HealthOptions(activations=4 * EVERY) if health == "act-thin" else health
             if shared:
                 self.writer = SummaryWriter(logdir)
             where = {"writer": self.writer} if shared else {"logdir": logdir}
