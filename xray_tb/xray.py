@@ -275,6 +275,8 @@ class Xray:
                 if not self._writes:  # another rank writes the frames; this one gives its rows of sharded parameters
                     capturer.gather_shards(step)
                     return step
+                if counted_by_optimizer:  # health's activations of the training forward first: the frames reuse their reductions
+                    self._health.activations_before_capture(checked)
                 if capturer.probe is not None if probe is None else probe:
                     if capturer.probe is None:
                         raise ValueError("take_graphs(probe=True) needs a probe batch: Xray(..., probe=(x, y), loss_fn=...)")

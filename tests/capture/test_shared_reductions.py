@@ -112,3 +112,30 @@ def test_frames_at_a_capture_reuse_what_health_reduced_and_stay_exact(tmp_path, 
     assert stats["std"] == pytest.approx(values.std(ddof=1), rel=1e-5)
     assert stats["min"] == values.min() and stats["max"] == pytest.approx(values.max(), rel=1e-6)
     assert stats["nonfinite"] == 0.0
+
+
+def test_with_optimizer_health_takes_activations_before_the_frames_once_per_health_step(tmp_path, monkeypatch):
+    """With optimizer= the iteration runs in the optimizer's step pre-hook, after take_graphs(): the
+    health step's activations are taken before the capture instead (the frames reuse them), once."""
+    from xray_tb.capture import capture as capture_module
+
+    reused = []
+
+    def spy(tensors, reductions=None):
+        reused.append(any(entry.channels for _, entry in reductions._entries.values()))
+        return frame_statistics(tensors, reductions)
+
+    monkeypatch.setattr(capture_module, "frame_statistics", spy)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(16, 1, 8, 8)
+    with Xray(model, x, logdir=str(tmp_path), every=2, optimizer=optimizer) as xray:
+        xray.set_plan({"0": {"activation": True}})
+        for _ in range(5):
+            optimizer.zero_grad()
+            model(x).square().mean().backward()
+            xray.take_graphs()
+            optimizer.step()
+        assert xray._health.monitor.dead._rings[0]._written == 3  # health steps 0, 2, 4: one row each, not two
+    assert reused == [True, True, True]

@@ -65,6 +65,7 @@ class HealthMonitor:
         self._capture_due = capture_due
         self._schedule = as_schedule(options.activations)
         self._due: tuple[Optional[int], bool] = (None, False)
+        self._taken: Optional[int] = None  # the step whose activations were taken before its capture
         device = next((layer.param.device for layer in scope.weighted), torch.device("cpu"))
         self._nan = torch.full((), math.nan, device=device)
         weighted = [layer.name for layer in scope.weighted]
@@ -117,11 +118,20 @@ class HealthMonitor:
             self._measure_parameters(step, weights, grads)
             self._pacer.measured(index, time.perf_counter() - start, start)
         due = self._due
-        if due[1] if due[0] == step else self._activations_due(step):
+        if self._taken != step and (due[1] if due[0] == step else self._activations_due(step)):
             self._measure_activations(step)
             measure = True
         if measure and max(len(self._iteration_rows), len(self._activation_rows)) >= self.options.flush_every:
             self.flush()
+
+    def activations_before_capture(self, step: int) -> None:
+        """With ``optimizer=``, a capture comes before its iteration (the optimizer's step pre-hook):
+        take a health step's activation statistics first, so that the frames reuse their reductions,
+        and not again at the iteration. Under torch.distributed they stay at the iteration, where
+        every rank takes them in the same order as its other collectives."""
+        if self._group is None and self._taken != step and self._activations_due(step):
+            self._measure_activations(step)
+            self._taken = step
 
     def capture(self, step: int, planned: list[str]) -> None:
         """At a capture: a histogram of each planned layer's weight (at captures ``histograms_every``

@@ -77,6 +77,13 @@ class TrainingHealth:
                 warnings.warn(f"training health failed to agree with the other ranks at close ({type(error).__name__}: {error})",
                               stacklevel=3)
 
+    def activations_before_capture(self, step: int) -> None:
+        if self.monitor is not None:
+            try:
+                self.monitor.activations_before_capture(step)
+            except Exception as error:  # noqa: BLE001
+                _failed(self._warned, "measuring", step, error)
+
     def capture(self, step: int, layers: list[str]) -> None:
         if self.monitor is not None:
             try:
