@@ -143,8 +143,8 @@ class SharedReductions:
         return found[1]
 
 
-
 def _extremes(entry: _Entry) -> None:
+    """Set the entry's minimum (one pass) and maximum (from its unit maxima when there are some)."""
     entry.low = float(np.minimum.reduce(entry.values))
     maxima = next(iter(entry.maxima.values()), None)
     entry.high = float(np.maximum.reduce(entry.values if maxima is None else maxima.numpy().reshape(-1)))
