@@ -39,7 +39,7 @@ class FrameSeries:
 
     tag: str
     steps: list[int]
-    data: dict  # step -> BlobSequenceDatum
+    data: dict  # step -> its point: a BlobSequenceDatum, or on the Python loader the multiplexer's event
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,9 +78,7 @@ class RunIndex:
         data = self._reader.points(ctx, experiment_id, run, list(frame_tags.values())) if frame_tags else {}
         built = {}
         for key_lk, tag in frame_tags.items():
-            by_step = {}
-            for datum in data.get(tag, []):
-                by_step[datum.step] = datum  # a repeated step: the later datum wins
+            by_step = {datum.step: datum for datum in data.get(tag, ())}  # a repeated step: the later datum wins
             built[key_lk] = FrameSeries(tag, sorted(by_step), by_step)
         index = RunFrames(fingerprint, built, tags)
         with self._lock:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
+import operator
 from typing import Any, Optional
 
 import numpy as np
@@ -89,8 +90,8 @@ class SeriesReader:
             events = _events(self._multiplexer, run, tag)
             if events:
                 listed[tag] = provider.BlobSequenceTimeSeries(
-                    max_step=max(event.step for event in events),
-                    max_wall_time=max(event.wall_time for event in events),
+                    max_step=max(map(_STEP, events)),
+                    max_wall_time=max(map(_WALL_TIME, events)),
                     max_length=len(events[-1].tensor_proto.string_val),
                     plugin_content=summary.plugin_data.content,
                     description=summary.summary_description,
@@ -132,16 +133,14 @@ class SeriesReader:
         return (result or {}).get(run, {})
 
     def points(self, ctx, experiment_id: str, run: str, tags: list[str]) -> dict[str, list]:
-        """``{tag: [BlobSequenceDatum]}`` of every write, for an index. On the Python loader they come
-        straight from the multiplexer, in the order read and without blob references (blobs are read
-        there by step, :meth:`last_write`): the data provider would turn every point's blob keys into
-        strings first, seconds for a run of 10,000 captures."""
+        """``{tag: [point]}`` of every write, for an index: each point has its ``step`` and ``wall_time``.
+        On the fast loader they are ``BlobSequenceDatum``s with their blob references. On the Python
+        loader they are the multiplexer's own events, in the order read (blobs are read there by step,
+        :meth:`last_write`): the data provider would turn every point's blob keys into strings first,
+        and even a new object per point costs about a second for a run of 10,000 captures of 40 tags."""
         if self._multiplexer is None:
             return self.read(ctx, experiment_id, run, tags)
-        return {
-            tag: [provider.BlobSequenceDatum(step=event.step, wall_time=event.wall_time, values=()) for event in _events(self._multiplexer, run, tag)]
-            for tag in tags
-        }
+        return {tag: _events(self._multiplexer, run, tag) for tag in tags}
 
     def steps(self, ctx, experiment_id: str, run: str, tags: list[str]) -> dict[str, list[int]]:
         """``{tag: sorted steps}`` of each tag."""
@@ -203,6 +202,9 @@ def read_blobs(data_provider, ctx, run: str, tag: str, refs, *, overlap: bool = 
 def _blob_readers() -> concurrent.futures.ThreadPoolExecutor:
     """Threads that read blobs from TensorBoard's data server concurrently (made once, on first use)."""
     return concurrent.futures.ThreadPoolExecutor(max_workers=BLOB_READERS, thread_name_prefix="xray-blobs")
+
+
+_STEP, _WALL_TIME = operator.attrgetter("step"), operator.attrgetter("wall_time")
 
 
 def _events(multiplexer, run: str, tag: str) -> list:
