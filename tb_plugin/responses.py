@@ -1,4 +1,5 @@
-"""Response helpers: JSON errors for every route, and static files behind a traversal guard.
+"""Response helpers: JSON errors for every route, JSON encoded once for repeated answers, and static
+files behind a traversal guard.
 
 No error body names a path of the server: the generic 500 says which route failed and the type of
 the exception (the traceback goes to the server log), and every error message has the server's own
@@ -9,15 +10,18 @@ placeholder, whichever part of TensorBoard wrote it.
 from __future__ import annotations
 
 import functools
+import gzip
+import json
 import logging
 import mimetypes
 import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from tensorboard import errors
-from tensorboard.backend import http_util
+from tensorboard.backend import http_util, json_util
 from werkzeug import wrappers
 
 logger = logging.getLogger(__name__)
@@ -92,6 +96,18 @@ def json_route(handler):
         return http_util.Respond(request, body, "application/json")
 
     return route
+
+
+def gzipped_json(body: Any) -> bytes:
+    """``body`` as the gzipped JSON that TensorBoard's ``http_util.Respond`` would send, encoded once
+    to be answered many times with :func:`precompressed_json`."""
+    return gzip.compress(json.dumps(json_util.Cleanse(body, "utf-8")).encode("ascii"), compresslevel=3, mtime=0)
+
+
+def precompressed_json(request, gzipped: bytes):
+    """A JSON response from :func:`gzipped_json` bytes (unzipped on the way for a client that does
+    not accept gzip)."""
+    return http_util.Respond(request, gzipped, "application/json", content_encoding="gzip")
 
 
 def _error(request, message: str, code: int):

@@ -46,7 +46,7 @@ class XrayPlugin(base_plugin.TBPlugin):
         self._series = series.SeriesReader(context.data_provider, context.multiplexer, context.flags)
         self._frames = frame_routes.FrameRoutes(context.data_provider, self._series)
         self._documents = versioned_cache.VersionedCache(_DOCUMENTS)  # (experiment, run, tag): (document,)
-        self._layers = versioned_cache.VersionedCache(_DOCUMENTS)  # (experiment, run): /layers body
+        self._layers = versioned_cache.VersionedCache(_DOCUMENTS)  # (experiment, run): [/layers body, gzipped]
         self._static = _static_root()
         responses.hide_server_paths(context.logdir, self._static)
 
@@ -77,7 +77,10 @@ class XrayPlugin(base_plugin.TBPlugin):
 
     @responses.json_route
     def layers_route(self, request):
-        return self.layers_impl(*routes_common.context(request), params.required_str(request.args, "run"))
+        entry = self._layers_entry(*routes_common.context(request), params.required_str(request.args, "run"))
+        if entry[1] is None:  # encoded once per listing: a long run's body lists every step of every layer
+            entry[1] = responses.gzipped_json(entry[0])
+        return responses.precompressed_json(request, entry[1])
 
     @responses.json_route
     def architecture_route(self, request):
@@ -99,13 +102,17 @@ class XrayPlugin(base_plugin.TBPlugin):
         return {"runs": sorted(run for run, tags in listing.items() if tags)}
 
     def layers_impl(self, ctx, experiment_id: str, run: str) -> dict[str, Any]:
+        return self._layers_entry(ctx, experiment_id, run)[0]
+
+    def _layers_entry(self, ctx, experiment_id: str, run: str) -> list:
+        """``[body, its gzipped JSON (None until a request encodes it)]``, kept under the listing the
+        run's frame index was built from (the architecture's included)."""
         index = self._frames.index.frames(ctx, experiment_id, run)  # kept while the run's frames are unchanged
-        # The body is kept too, under the listing the index was built from (the architecture's included).
-        body = self._layers.get((experiment_id, run), index.fingerprint)
-        if body is None:
-            body = self._layers_body(ctx, experiment_id, run, index)
-            self._layers.put((experiment_id, run), index.fingerprint, body)
-        return body
+        entry = self._layers.get((experiment_id, run), index.fingerprint)
+        if entry is None:
+            entry = [self._layers_body(ctx, experiment_id, run, index), None]
+            self._layers.put((experiment_id, run), index.fingerprint, entry)
+        return entry
 
     def _layers_body(self, ctx, experiment_id: str, run: str, index) -> dict[str, Any]:
         layers: dict[str, dict[str, list[int]]] = {}

@@ -3,16 +3,21 @@ written by the recorder, served by real TensorBoard on both loaders (and in-proc
 
 from __future__ import annotations
 
+import gzip
 import io
+import json
 import sys
 
 import numpy as np
 import pytest
 import torch
 from tensorboard import context, errors, program
+from tensorboard.backend import application
 from tensorboard.backend.event_processing import data_ingester
 from tensorboard.plugins.core import core_plugin
 from torch import nn
+from werkzeug import test as wtest
+from werkzeug import wrappers
 
 from tb_plugin import frame_transport, metadata, run_index, series, xray_plugin
 from tests.helpers.training import train_on_6x6
@@ -160,5 +165,34 @@ def test_run_index_is_built_once_per_reload_and_sees_new_steps(tmp_path):
         header = metadata.FrameHeader.from_json(written.blobs[0])
         np.testing.assert_array_equal(metadata.decode_array(written.blobs[1]), open_run(tmp_path / "live").load("0", "weight", 10)[0])
         assert header.step == 10
+    finally:
+        xray.close()
+
+
+def test_layers_is_encoded_once_per_listing_and_answers_with_or_without_gzip(tmp_path):
+    xray, train = record(tmp_path / "live", steps=[0, 5])
+    try:
+        tb = program.TensorBoard(plugins=[core_plugin.CorePluginLoader(), xray_plugin.XrayLoader()])
+        tb.configure(argv=["tensorboard", "--logdir", str(tmp_path), "--reload_interval=0", "--reload_task=blocking", "--load_fast=false"])
+        ingester = data_ingester.LocalDataIngester(tb.flags)
+        ingester.start()
+        app = application.TensorBoardWSGIApp(tb.flags, [core_plugin.CorePluginLoader(), xray_plugin.XrayLoader()], ingester.data_provider,
+                                             deprecated_multiplexer=ingester.deprecated_multiplexer)
+        client = wtest.Client(app, wrappers.Response)
+
+        def layers(encoding: str):
+            response = client.get("/data/plugin/xray/layers", query_string={"run": "live"}, headers={"Accept-Encoding": encoding})
+            assert response.status_code == 200 and response.mimetype == "application/json"
+            data = response.get_data()
+            if response.headers.get("Content-Encoding") == "gzip":
+                data = gzip.decompress(data)
+            return response.headers.get("Content-Encoding"), json.loads(data)
+
+        zipped, body = layers("gzip")
+        plain, same = layers("identity")
+        assert (zipped, plain) == ("gzip", None) and body == same and body["steps"] == [0, 5]
+        train([6, 10])
+        ingester.deprecated_multiplexer.Reload()
+        assert layers("gzip")[1]["steps"] == [0, 5, 6, 10]  # a new listing: encoded again
     finally:
         xray.close()
