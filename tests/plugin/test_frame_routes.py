@@ -143,13 +143,19 @@ def test_gif_has_one_frame_per_recorded_step(url):
     assert Image.open(io.BytesIO(body)).n_frames == 3
 
 
+def python_loader(logdir):
+    """TensorBoard's flags and a started Python-loader ingester on ``logdir``, reloaded by hand."""
+    tb = program.TensorBoard(plugins=[core_plugin.CorePluginLoader(), xray_plugin.XrayLoader()])
+    tb.configure(argv=["tensorboard", "--logdir", str(logdir), "--reload_interval=0", "--reload_task=blocking", "--load_fast=false"])
+    ingester = data_ingester.LocalDataIngester(tb.flags)
+    ingester.start()
+    return tb.flags, ingester
+
+
 def test_run_index_is_built_once_per_reload_and_sees_new_steps(tmp_path):
     xray, train = record(tmp_path / "live", steps=[0, 5])
     try:
-        tb = program.TensorBoard(plugins=[core_plugin.CorePluginLoader(), xray_plugin.XrayLoader()])
-        tb.configure(argv=["tensorboard", "--logdir", str(tmp_path), "--reload_interval=0", "--reload_task=blocking", "--load_fast=false"])
-        ingester = data_ingester.LocalDataIngester(tb.flags)
-        ingester.start()
+        _, ingester = python_loader(tmp_path)
         provider, multiplexer = ingester.data_provider, ingester.deprecated_multiplexer
         index = run_index.RunIndex(provider, series.SeriesReader(provider, multiplexer))
         ctx = context.RequestContext()
@@ -172,11 +178,8 @@ def test_run_index_is_built_once_per_reload_and_sees_new_steps(tmp_path):
 def test_layers_is_encoded_once_per_listing_and_answers_with_or_without_gzip(tmp_path):
     xray, train = record(tmp_path / "live", steps=[0, 5])
     try:
-        tb = program.TensorBoard(plugins=[core_plugin.CorePluginLoader(), xray_plugin.XrayLoader()])
-        tb.configure(argv=["tensorboard", "--logdir", str(tmp_path), "--reload_interval=0", "--reload_task=blocking", "--load_fast=false"])
-        ingester = data_ingester.LocalDataIngester(tb.flags)
-        ingester.start()
-        app = application.TensorBoardWSGIApp(tb.flags, [core_plugin.CorePluginLoader(), xray_plugin.XrayLoader()], ingester.data_provider,
+        flags, ingester = python_loader(tmp_path)
+        app = application.TensorBoardWSGIApp(flags, [core_plugin.CorePluginLoader(), xray_plugin.XrayLoader()], ingester.data_provider,
                                              deprecated_multiplexer=ingester.deprecated_multiplexer)
         client = wtest.Client(app, wrappers.Response)
 
