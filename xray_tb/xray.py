@@ -25,7 +25,7 @@ from xray_tb import distributed
 from xray_tb.bias.recording import attention_iou
 from xray_tb.capture import plan as plans
 from xray_tb.capture.capture import CaptureReport
-from xray_tb.capture.capturer import Capturer
+from xray_tb.capture.capturer import Capturer, PreparedPlan
 from xray_tb.capture.schedules import ScheduleLike, as_schedule
 from xray_tb.capture.selectors import RandomFilters, Selector
 from xray_tb.health import HealthOptions, TrainingHealth
@@ -164,8 +164,7 @@ class Xray:
             xray = ref()
             return xray is not None and xray._capture.probe is None and xray.is_due(step)
 
-        modules = first_plan[3]  # the prepared plan's dict(model.named_modules()): health's scope shares it
-        self._health = TrainingHealth(recording, health, optimizer, capture_due, layer_scalars, group, modules=modules)
+        self._health = TrainingHealth(recording, health, optimizer, capture_due, layer_scalars, group, modules=first_plan.modules)
         self._install(first_plan)
 
     @property
@@ -200,7 +199,7 @@ class Xray:
         self._recording.sink  # noqa: B018 - raises if closed
         self._install(self._capture.prepare(plan))
 
-    def _install(self, prepared: tuple) -> None:
+    def _install(self, prepared: PreparedPlan) -> None:
         """Record by a prepared plan from now on, and write it to the run."""
         self._capture.install(*prepared)
         self._arm_for(self._recording.next_step)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
+
+from torch import nn
 
 from tb_plugin import metadata
 from xray_tb.capture import plan as plans
@@ -19,6 +21,16 @@ from xray_tb.capture.sharded import gather_selected
 from xray_tb.distributed import Group
 from xray_tb.recording import Recording
 from xray_tb.trace import graph
+
+
+class PreparedPlan(NamedTuple):
+    """A validated plan, its activation sources, an unarmed recorder for it, and the modules by name
+    as they were when it was prepared (training health's scope shares them)."""
+
+    plan: dict
+    activations: dict
+    recorder: TapRecorder
+    modules: dict[str, nn.Module]
 
 
 class Capturer:
@@ -43,9 +55,8 @@ class Capturer:
 
     # The plan -------------------------------------------------------------------------------------
 
-    def prepare(self, plan: plans.PlanLike) -> tuple[dict, dict, TapRecorder, dict]:
-        """The validated plan, its activation sources, an unarmed recorder for it, and the modules
-        by name as they are now."""
+    def prepare(self, plan: plans.PlanLike) -> PreparedPlan:
+        """``plan`` validated and ready to :meth:`install`."""
         model, traced = self.recording.model, self.recording.graph
         modules = dict(model.named_modules())
         normalized = plans.normalize_plan(plan, traced, model, modules)
@@ -64,7 +75,7 @@ class Capturer:
             copy={tap for tap in taps if traced.overwritten_in_place(tap)},
             grads={graph.Tap(layer) for layer, kinds in normalized.items() if kinds["grad"]},
         )
-        return normalized, activations, recorder, modules
+        return PreparedPlan(normalized, activations, recorder, modules)
 
     def install(self, normalized: dict, activations: dict, recorder: TapRecorder, modules: dict) -> None:
         """Record by a prepared plan from now on (its hooks unarmed until the caller arms them)."""
