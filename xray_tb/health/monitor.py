@@ -1,16 +1,13 @@
-"""The health monitor: drives the statistic families, buffers their rows, judges and writes them.
-
-(A little over our ~300-line rule: one class owning the buffers, the hooks and the write of a block;
-what it drives lives in ``stats/``, ``rules/``, ``writing.py``, ``nonfinite.py`` and ``sentinel.py``.)
+"""The health monitor: drives the statistic families and buffers their rows.
 
 Every iteration (:meth:`HealthMonitor.iteration`) the non-finite sentinel checks the weights and
 gradients (:mod:`xray_tb.health.sentinel`); on measured iterations the per-iteration families reduce the weights and
 gradients on their device into one row; at health steps the activation families read the activations
 that the monitor's own forward hooks kept (armed for health steps only). Rows reach the host in blocks
-(at captures, every ``flush_every`` iterations, when a result is asked for, and at close), where the
-first non-finite value is located, the rules are run and everything is written: the full series and
-vectors as plugin data, a few model-level scalars and the prune plan (:mod:`xray_tb.health.model_scalars`),
-and the per-layer scalars only with ``layer_scalars``.
+(at captures, every ``flush_every`` iterations, when a result is asked for, and at close), where a
+:class:`~xray_tb.health.block_writer.BlockWriter` locates the first non-finite value, runs the rules and
+writes everything: the full series and vectors as plugin data, a few model-level scalars and the prune
+plan (:mod:`xray_tb.health.model_scalars`), and the per-layer scalars only with ``layer_scalars``.
 """
 
 from __future__ import annotations
@@ -19,7 +16,6 @@ import math
 import time
 from typing import Callable, Optional
 
-import numpy as np
 import torch
 from tensorboard.compat.proto import event_pb2
 from torch import nn
@@ -27,13 +23,12 @@ from torch import nn
 from tb_plugin import health_metadata
 from xray_tb.trace.activations import recompute
 from xray_tb.trace.graph import Graph
-from xray_tb.health import model_scalars, nonfinite, writing
-from xray_tb.health.buffer import Block, RowBuffer
-from xray_tb.health.epochs import EpochAccumulator
-from xray_tb.health.findings import FindingBook, NonFinite
+from xray_tb.health.block_writer import BlockWriter
+from xray_tb.health.buffer import RowBuffer
+from xray_tb.health.findings import Finding, NonFinite
 from xray_tb.health.options import HealthOptions, budget_for
 from xray_tb.health.pacing import Pacer
-from xray_tb.health.rules import RuleInput, make_rules
+from xray_tb.health.rules import make_rules
 from xray_tb.health.scope import Scope
 from xray_tb.health.sentinel import NonFiniteSentinel
 from xray_tb.health.shards import ShardedHealth
@@ -57,11 +52,8 @@ class HealthMonitor:
         self.options = options
         self._reductions = SharedReductions() if reductions is None else reductions  # shared with the frames' statistics
         self._group = group  # under torch.distributed: activation statistics combine every rank's batch
-        self.layer_scalars = layer_scalars
         self._last_step = int(first_step)  # the step of the latest iteration
-        self._prune_plan = model_scalars.PrunePlan()
         self.scope = scope = Scope(model, graph, modules)
-        self._sink = sink
         self._capture_due = capture_due
         self._schedule = as_schedule(options.activations)
         self._due: tuple[Optional[int], bool] = (None, False)
@@ -82,12 +74,8 @@ class HealthMonitor:
         self._checks = ForwardChecks(list(scope.output_taps), self._reductions)
         self._sentinel = NonFiniteSentinel(weighted)
         self._shards = ShardedHealth.of(group, [layer.param for layer in scope.weighted], self._sentinel)  # FSDP
-        self.rules = make_rules(options.rules, options.dead_window)
-        self._book = FindingBook()
-        self.first_nonfinite: Optional[NonFinite] = None
-        self._epochs = EpochAccumulator()
-        self._epoch = 0
-        self._findings_version = 0
+        self._writer = BlockWriter(sink, scope, make_rules(options.rules, options.dead_window), layer_scalars,
+                                   self.iteration_families, self.activation_families, self._checks, self._sentinel)
         self._iterations = 0
         self._measured = 0
         self._vectors: list[tuple[int, float, dict[str, tuple[list[str], list[Optional[torch.Tensor]]]]]] = []
@@ -144,7 +132,7 @@ class HealthMonitor:
             if weights:
                 event = event_pb2.Event(step=int(step), wall_time=time.time())
                 add_weight_histograms(event.summary, weights)
-                self._sink.add_event(event)
+                self._writer.sink.add_event(event)
                 self._histogram_step = int(step)
         if self._training_seconds_since_flush() >= self.options.flush_seconds:
             self.flush()
@@ -234,43 +222,12 @@ class HealthMonitor:
 
     def flush(self) -> None:
         """Bring the buffered rows to the host (one sync), judge them and write them (no-op once closed)."""
-        if self._sink is None:
+        if self._writer.sink is None:
             return
         iterations, activations = self._iteration_rows.take(), self._activation_rows.take()
         vectors, self._vectors = self._vectors, []
         self._flushed_at = self._iterations
-        located = False
-        if self.first_nonfinite is None:
-            self.first_nonfinite = self._locate_nonfinite(iterations, activations)
-            located = self.first_nonfinite is not None
-        if iterations is None and activations is None and not vectors and not located:
-            return
-        series = writing.block_series(iterations, self.iteration_families)
-        activation_series = writing.block_series(activations, self.activation_families)
-        self._judge(iterations, series, activations, activation_series)
-        for stat, entry in series.items():
-            self._epochs.add(stat, entry.layers, entry.values, entry.absent)
-        events = model_scalars.model_scalar_events(iterations, series, activations, activation_series)
-        for block, block_series in ((iterations, series), (activations, activation_series)):
-            if block is not None and block_series:
-                if self.layer_scalars:
-                    events += writing.scalar_events(block.steps, block.walls, block_series)
-                events.append(writing.series_event(block.steps, float(block.walls[0]), block_series))
-        vector_events, dead_vectors = writing.vector_events(vectors)
-        events += vector_events
-        now = time.time()
-        plan = self._prune_plan.event({layer.name: layer for layer in self.scope.activations}, dead_vectors, self._last_step, now)
-        if plan is not None:
-            events.append(plan)
-        if self._book.changed:
-            findings = [finding.to_dict() for finding in self._book.findings()]
-            events.append(event_pb2.Event(step=self._findings_version, wall_time=now, summary=health_metadata.findings_summary(findings)))
-            events.append(model_scalars.findings_count_event(self._last_step, now, len(findings)))
-            self._findings_version += 1
-            self._book.written()
-        for event in events:
-            self._sink.add_event(event)
-        self._sink.flush()
+        self._writer.write(iterations, activations, vectors, self._last_step)
 
     def _training_seconds_since_flush(self) -> float:
         """Training time since the last write: iterations times their typical interval, so pauses
@@ -279,45 +236,20 @@ class HealthMonitor:
             return math.inf
         return (self._iterations - self._flushed_at) * (self._pacer.interval or 0.0)
 
-    def _locate_nonfinite(self, iterations: Optional[Block], activations: Optional[Block]) -> Optional[NonFinite]:
-        flags = nonfinite.FlagRows()
-        self._sentinel.take(flags)  # weights and gradients, every iteration
-        flags.add_block(iterations, self.iteration_families)
-        flags.add_checks(activations, len(self.activation_families), self._checks.layers)
-        return nonfinite.first_nonfinite(flags, self.scope.order)
-
-    def _judge(self, iterations: Optional[Block], series: dict, activations: Optional[Block], activation_series: dict) -> None:
-        empty = np.zeros(0, dtype=np.int64)
-        block = RuleInput(
-            steps=iterations.steps if iterations is not None else empty,
-            layers=list(self.iteration_families[0].layers),
-            stats={stat: np.where(entry.absent, np.nan, entry.values) for stat, entry in series.items()},
-            sizes=np.asarray([layer.param.numel() for layer in self.scope.weighted], dtype=np.float64),
-            health_steps=activations.steps if activations is not None else empty,
-            health_layers=list(self.dead.layers),
-            health_stats={stat: np.where(entry.absent, np.nan, entry.values) for stat, entry in activation_series.items()},
-            first_nonfinite=self.first_nonfinite,
-        )
-        for rule in self.rules:
-            for hit in rule.check(block):
-                self._book.add(rule.name, hit, rule.message(hit))
-
     # Results ------------------------------------------------------------------------------------
 
-    def findings(self) -> list:
+    @property
+    def first_nonfinite(self) -> Optional[NonFinite]:
+        """Where the first non-finite value appeared, among the blocks written so far."""
+        return self._writer.first_nonfinite
+
+    def findings(self) -> list[Finding]:
         self.flush()
-        return self._book.findings()
+        return self._writer.findings()
 
     def end_epoch(self) -> dict[str, dict[str, tuple[float, float]]]:
         self.flush()
-        moments = self._epochs.close_epoch()
-        if moments:
-            self._sink.add_event(writing.epochs_event(self._epoch, time.time(), moments))
-            if self.layer_scalars:
-                self._sink.add_event(writing.epoch_event(self._epoch, time.time(), moments))
-            self._sink.flush()
-        self._epoch += 1
-        return moments
+        return self._writer.end_epoch()
 
     def add_family(self, family: Statistic) -> None:
         """Measure one more statistic family from now on (what is buffered is written first)."""
@@ -343,7 +275,7 @@ class HealthMonitor:
 
     def settle(self) -> None:
         """Before :meth:`close`, on every rank (FSDP): agree on what only some ranks may have seen."""
-        if self._shards is not None and self._sink is not None:
+        if self._shards is not None and self._writer.sink is not None:
             self._shards.settle(self._last_step)
 
     def close(self) -> None:
@@ -351,14 +283,13 @@ class HealthMonitor:
         did not agree on (no :meth:`settle`, or it failed) is written as this rank saw it."""
         self._sentinel.shared = False
         try:
-            if self._sink is not None:
-                self.flush()
+            self.flush()
         finally:
             self._recorder.remove()
             if self._optimizer_handle is not None:
                 self._optimizer_handle.remove()
                 self._optimizer_handle = None
-            self._sink = None
+            self._writer.sink = None
 
 
 def _first(value) -> Optional[torch.Tensor]:
