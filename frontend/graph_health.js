@@ -13,7 +13,7 @@ import { drawLegend, healthScale } from './health_scale.js';
 import { indexAtOrBefore } from './steps.js';
 
 /** Letters of the finding badges. */
-const RULE_BADGES = { nonfinite: '!', dead_units: '†', vanishing_gradient: '↓', exploding_gradient: '↑', saturation: 'S', update_ratio: 'u' };
+const RULE_BADGES = { nonfinite: '!', dead_units: '†', vanishing_gradient: '↓', zero_gradient: '0', exploding_gradient: '↑', saturation: 'S', update_ratio: 'u' };
 
 /**
  * Per layer: the steps where it has a value and those values (present columns only), for binary search.

@@ -9,13 +9,13 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 from tensorboard import errors
 
 from tb_plugin import health_binning, health_metadata, params, responses, routes_common
 from tb_plugin.health_data import HealthData, no_health
+from tb_plugin.close_matches import close_matches
 
 
 def apps(data: HealthData) -> dict:
@@ -24,7 +24,7 @@ def apps(data: HealthData) -> dict:
 
 
 def _unknown_layer(run: str, layer: str, layers: list[str], where: str) -> errors.NotFoundError:
-    close = difflib.get_close_matches(layer, layers, n=5, cutoff=0.5)
+    close = close_matches(layer, layers)
     hint = f"; close matches: {', '.join(map(repr, close))}" if close else f"; layers: {', '.join(map(repr, layers[:20]))}"
     return errors.NotFoundError(f"run {run!r} has no layer {layer[:80]!r} in {where}{hint if layers else ''}")
 

@@ -165,7 +165,7 @@ def test_plan_draft_edit_and_aliases(model, tmp_path):
     "plan, error, message",
     [
         ({"conv1": {"output": True}}, ValueError, r"unknown layer 'conv1'; did you mean 'conv'"),
-        ({"fc": {"output": True}}, ValueError, r"did you mean 'fc2', 'fc1'\?"),
+        ({"fc": {"output": True}}, ValueError, r"did you mean 'fc1', 'fc2'\?"),
         ({"conv": {"activations": True}}, ValueError, r"unknown kind 'activations'.*valid kinds: weight, weight_grad, bias, bias_grad, output, activation, grad"),
         ({"pool": {"weight": True}}, ValueError, r"'pool' \(MaxPool2d\) has no weight; turn off 'weight' and 'weight_grad'"),
         ({"pool": {"bias_grad": True}}, ValueError, r"'pool' \(MaxPool2d\) has no bias; turn off 'bias' and 'bias_grad'"),

@@ -98,3 +98,22 @@ def test_layers_whose_outputs_pruning_would_change_are_reported_not_masked(tmp_p
         report = xray.prune(threshold=1.0, dry_run=False)  # every sigmoid value is <= 1
         assert [(e.layer, e.units, e.applied) for e in report] == [("0", list(range(8)), False)]
         assert "Sigmoid" in report[0].reason and not hasattr(model[0], "weight_mask")
+
+
+def test_a_layer_whose_every_unit_died_is_not_pruned_and_zero_gradients_are_a_finding(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 4))
+    with torch.no_grad():
+        model[2].bias.fill_(-100.0)  # every unit of layer 2 dead: nothing reaches layers 0 and 2 backward
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=1, health=HealthOptions(every=1, dead_window=2)) as xray:
+        train(model, xray, optimizer, batches(8))
+        findings = {(f.rule, f.layer): f for f in xray.findings()}
+        report = xray.prune(dry_run=False)
+    dead = findings[("dead_units", "2")]
+    assert dead.value == 1.0 and "Do not prune it" in dead.message and "prune(dry_run=False)" not in dead.message
+    assert [(e.layer, e.units, e.parameters, e.applied) for e in report] == [("2", list(range(16)), 0, False)]
+    assert report[0].reason.startswith("every unit is dead") and not hasattr(model[2], "weight_mask")
+    zero = sorted(layer for rule, layer in findings if rule == "zero_gradient")
+    assert zero == ["0", "2", "4"]  # 4 too: its input is all zeros, so its weight gets no gradient (its bias does)
+    assert findings[("zero_gradient", "0")].step == 4 and findings[("zero_gradient", "0")].value == 0.0

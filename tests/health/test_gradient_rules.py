@@ -14,7 +14,7 @@ from xray_tb.health import HealthOptions
 
 from tests.health.helpers import batches, scalars
 
-FORBIDDEN_WHEN_HEALTHY = {"vanishing_gradient", "exploding_gradient", "saturation", "nonfinite"}
+FORBIDDEN_WHEN_HEALTHY = {"vanishing_gradient", "zero_gradient", "exploding_gradient", "saturation", "nonfinite"}
 
 
 def deep_sigmoid(depth: int = 12) -> nn.Sequential:

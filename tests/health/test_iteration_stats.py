@@ -4,6 +4,7 @@ from the event files with TensorBoard's reader; the model is left exactly as it 
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 import pytest
@@ -130,6 +131,21 @@ def test_health_false_writes_nothing_of_health_and_says_so(tmp_path):
         HealthOptions(every=0)
     with pytest.raises(ValueError, match="unknown rules 'dead'"):
         Xray(model, input_size=(16,), logdir=str(tmp_path), health=HealthOptions(rules={"dead": {}}))
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"rules": {"dead_units": {"fraction": "high"}}}, r"rules=\{'dead_units': \{'fraction': ...\}\}\) takes a finite number, got 'high'"),
+    ({"rules": {"vanishing_gradient": {"patience": 2.5}}}, "'patience'.* takes a whole number >= 1, got 2.5"),
+    ({"rules": {"dead_units": {"after": 0}}}, "'after'.* takes a whole number >= 1 or None, got 0"),
+    ({"rules": ["saturation"]}, r"rules=...\) takes a dict"),
+    ({"dead_threshold": "zero"}, r"dead_threshold=...\) takes a finite number"),
+    ({"dead_threshold": math.nan}, r"dead_threshold=...\) takes a finite number"),
+    ({"saturation_margin": None}, r"saturation_margin=...\) takes a number in \[0, 0.5\)"),
+    ({"histograms": "yes"}, r"histograms=...\) takes True or False"),
+])
+def test_bad_health_options_are_refused_when_built_with_what_they_take(options, message):
+    with pytest.raises(ValueError, match=message):
+        HealthOptions(**options)
 
 
 def test_custom_statistics_and_epochs_match_numpy(tmp_path):

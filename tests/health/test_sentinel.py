@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.optim.optimizer import _global_optimizer_pre_hooks
 
 from xray_tb import Xray, open_run
 from xray_tb.health import NonFinite
@@ -62,6 +63,45 @@ def test_a_nan_weight_at_step_37_is_named_at_37_at_the_default_pace(tmp_path, wi
         nonfinite = [(f.layer, f.step) for f in xray.findings() if f.rule == "nonfinite"]
     assert nonfinite == [("second", 37)]
     assert [(f.layer, f.step) for f in open_run(tmp_path).findings() if f.rule == "nonfinite"] == [("second", 37)]
+
+
+@pytest.mark.parametrize("optimizer_first", [False, True])
+def test_the_readme_loop_that_takes_graphs_every_10_steps_names_the_nan_at_37(tmp_path, optimizer_first):
+    """No every=, no optimizer=, take_graphs(step) at captures only: the optimizer that steps the model
+    counts the iterations in between, whichever of the two calls comes first."""
+    model = three_layers()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    other = torch.optim.SGD([nn.Parameter(torch.zeros(3))], lr=0.1)  # steps nothing of the model: not followed
+    with Xray(model, input_size=(16,), logdir=str(tmp_path)) as xray:
+        for step, (x, y) in enumerate(batches(60)):
+            nan_weight_at_37(step, model)
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            other.step()
+            if optimizer_first:
+                optimizer.step()
+            if step % 10 == 0:
+                xray.take_graphs(step)
+            if not optimizer_first:
+                optimizer.step()
+        assert xray.first_nonfinite == NonFinite(step=37, layer="second", kind="weight")
+        assert xray._health.monitor._iterations == 60  # each backward once
+    run = open_run(tmp_path)
+    assert [(f.layer, f.step) for f in run.findings() if f.rule == "nonfinite"] == [("second", 37)]
+    layers, steps, values = run.health("grad_l2")
+    assert 37 in steps.tolist()  # the iteration that went non-finite is measured, whatever the pace
+    assert math.isnan(values[layers.index("second"), steps.tolist().index(37)])
+    assert set(range(10)) <= set(steps.tolist())  # iterations between captures carry their own steps
+
+
+def test_the_follower_hooks_are_removed_at_close(tmp_path):
+    model = three_layers()
+    global_hooks = dict(_global_optimizer_pre_hooks)
+    xray = Xray(model, input_size=(16,), logdir=str(tmp_path))
+    assert model.third.weight._post_accumulate_grad_hooks
+    xray.close()
+    assert dict(_global_optimizer_pre_hooks) == global_hooks
+    assert not model.third.weight._post_accumulate_grad_hooks
 
 
 def test_a_gradient_infinite_at_one_iteration_only_is_named_at_that_iteration(tmp_path):

@@ -15,7 +15,6 @@ forward fails.
 
 from __future__ import annotations
 
-import difflib
 from typing import Sequence, Union
 
 import torch
@@ -23,6 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from xray_tb.trace.state import preserved
+from tb_plugin.close_matches import close_matches
 
 #: What a target may be: an output index, ``"pred"`` (the argmax class), or one index per image.
 Target = Union[int, str, torch.Tensor]
@@ -123,7 +123,7 @@ def resolve_layer(model: nn.Module, layer: LayerLike, x: torch.Tensor = None) ->
         )
     if layer not in named or layer == "":
         names = [name for name in named if name]
-        close = difflib.get_close_matches(layer, names, n=5, cutoff=0.5)
+        close = close_matches(layer, names)
         hint = f"; did you mean {', '.join(map(repr, close))}?" if close else f"; layers: {', '.join(names[:20])}"
         raise ValueError(f"unknown layer {layer!r}{hint}")
     return named[layer], layer

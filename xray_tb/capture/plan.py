@@ -8,7 +8,6 @@ nothing for their type).
 
 from __future__ import annotations
 
-import difflib
 from typing import Iterable, Mapping, Union
 
 import numpy as np
@@ -19,6 +18,7 @@ from xray_tb import sharding
 from tb_plugin.metadata import KINDS, PARAMETER_KINDS
 from xray_tb.trace import graph
 from xray_tb.capture.selectors import Selector
+from tb_plugin.close_matches import close_matches
 
 ALIASES = {"layer": "output"}
 PlanLike = Union[Mapping[str, Mapping[str, bool]], Iterable[str]]
@@ -100,7 +100,7 @@ def _check_layer(layer: object, called: Mapping, modules: dict) -> None:
         if children:
             raise ValueError(f"{layer!r} is a container; plan its layers instead, e.g. {', '.join(children[:5])}")
         raise ValueError(f"layer {layer!r} is never called in the model's forward, so nothing can be recorded for it")
-    close = difflib.get_close_matches(layer, list(called), n=5, cutoff=0.5)
+    close = close_matches(layer, called)
     hint = f"; did you mean {', '.join(map(repr, close))}?" if close else f"; layers: {', '.join(list(called)[:20])}"
     raise ValueError(f"unknown layer {layer!r}{hint}")
 

@@ -87,9 +87,11 @@ class HealthMonitor:
 
     # Driving ------------------------------------------------------------------------------------
 
-    def iteration(self, step: int) -> None:
-        """One training iteration, filed under ``step``: call after backward, before the optimizer step.
-        Runs on every training step: an iteration that is not measured costs a few comparisons."""
+    def iteration(self, step: int, activations: bool = True) -> None:
+        """One training iteration, filed under ``step``: call after backward, before the optimizer step;
+        ``activations=False``: not a health step whatever the schedule (an iteration between
+        ``take_graphs()`` calls). Runs on every training step: an iteration that is not measured costs a
+        few comparisons."""
         index = self._iterations
         self._iterations = index + 1
         self._last_step = step
@@ -98,26 +100,31 @@ class HealthMonitor:
         grads = [weight.grad for weight in weights]
         if self._shards is not None:  # each rank reduces its own shards; a measured row is combined
             weights, grads = self._shards.local(weights), self._shards.local(grads)
+        found = False
         if not self._sentinel.done:
             self._sentinel.check(step, weights, grads)
-        measure = index >= self._pacer.next or self.update_ratio.pending
+            # On a CPU it is known at once: that iteration's statistics show the NaN too. Not with sharded
+            # weights (FSDP), where a measured row is combined over the ranks, which must all measure it.
+            found = self._sentinel.done and self._shards is None
+        measure = found or index >= self._pacer.next or self.update_ratio.pending
         if measure:
             start = time.perf_counter()
             self._measure_parameters(step, weights, grads)
             self._pacer.measured(index, time.perf_counter() - start, start)
         due = self._due
-        if self._taken != step and (due[1] if due[0] == step else self._activations_due(step)):
+        if activations and self._taken != step and (due[1] if due[0] == step else self._activations_due(step)):
             self._measure_activations(step)
             measure = True
         if measure and max(len(self._iteration_rows), len(self._activation_rows)) >= self.options.flush_every:
             self.flush()
 
-    def activations_before_capture(self, step: int) -> None:
+    def activations_before_capture(self, step: int, collective: bool = False) -> None:
         """With ``optimizer=``, a capture comes before its iteration (the optimizer's step pre-hook):
         take a health step's activation statistics first, so that the frames reuse their reductions,
         and not again at the iteration. Under torch.distributed they stay at the iteration, where
-        every rank takes them in the same order as its other collectives."""
-        if self._group is None and self._taken != step and self._activations_due(step):
+        every rank takes them in the same order as its other collectives, unless ``collective``: the
+        iteration was counted already, and every rank takes them here."""
+        if (self._group is None or collective) and self._taken != step and self._activations_due(step):
             self._measure_activations(step)
             self._taken = step
 

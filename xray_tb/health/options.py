@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Mapping, Optional, Union
 
 from xray_tb.capture.schedules import ScheduleLike, as_schedule
+from xray_tb.health.rules import make_rules
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,11 +72,24 @@ class HealthOptions:
                 raise ValueError(f"HealthOptions({name}=...) takes a whole number >= 1, got {value!r}")
         if isinstance(self.flush_seconds, bool) or not isinstance(self.flush_seconds, (int, float)) or self.flush_seconds < 0:
             raise ValueError(f"HealthOptions(flush_seconds=...) takes a number of seconds >= 0, got {self.flush_seconds!r}")
-        if not 0 <= self.saturation_margin < 0.5:
+        if not _is_number(self.saturation_margin) or not 0 <= self.saturation_margin < 0.5:
             raise ValueError(f"HealthOptions(saturation_margin=...) takes a number in [0, 0.5), got {self.saturation_margin!r}")
+        if not _is_number(self.dead_threshold) or not math.isfinite(self.dead_threshold):
+            raise ValueError(f"HealthOptions(dead_threshold=...) takes a finite number (0: a unit that never fires above 0 "
+                             f"is dead), got {self.dead_threshold!r}")
+        if not isinstance(self.histograms, bool):
+            raise ValueError(f"HealthOptions(histograms=...) takes True or False, got {self.histograms!r}")
+        if not isinstance(self.rules, Mapping):
+            raise ValueError(f"HealthOptions(rules=...) takes a dict {{rule: {{setting: value}} or False}}, got {self.rules!r}; "
+                             f"e.g. rules={{'saturation': False}}")
+        make_rules(self.rules, self.dead_window)  # raises on an unknown rule or setting, or a bad value
         if self.channel_dim is not None and (isinstance(self.channel_dim, bool) or not isinstance(self.channel_dim, int)):
             raise ValueError(f"HealthOptions(channel_dim=...) takes a dimension index or None, got {self.channel_dim!r}")
         as_schedule(self.activations)  # raises on a bad schedule
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 #: The default ``budget`` for a model on the CPU and on an accelerator.

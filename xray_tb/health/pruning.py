@@ -31,6 +31,10 @@ class PruneEntry:
     reason: Optional[str] = None
 
 
+#: Why a layer whose every unit is dead is not pruned.
+EVERY_UNIT_DEAD = "every unit is dead: pruning would cut the network here; fix the training instead (learning rate, initialisation)"
+
+
 def plan(layers: dict[str, ActivationLayer], dead: dict[str, list[int]]) -> list[PruneEntry]:
     """What pruning ``dead`` units would mask, layer by layer, in dataflow order."""
     entries = []
@@ -42,6 +46,9 @@ def plan(layers: dict[str, ActivationLayer], dead: dict[str, list[int]]) -> list
         # From the shapes only: a DTensor op (``weight[0]`` of an FSDP weight) would issue a collective that
         # the other ranks do not (the plan is written by rank 0, when its monitor flushes).
         weight, bias = _tensors(layer.module)
+        if len(units) >= weight.shape[0]:
+            entries.append(PruneEntry(name, units, 0, reason=EVERY_UNIT_DEAD))
+            continue
         per_unit = weight.shape[1:].numel() + (1 if bias is not None else 0)
         entries.append(PruneEntry(name, units, per_unit * len(units)))
     return entries

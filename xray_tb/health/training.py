@@ -20,10 +20,12 @@ from xray_tb.capture.hooks import Hook
 from xray_tb.distributed import DistributedMismatch, Group
 from xray_tb.health import pruning
 from xray_tb.health.findings import Finding, NonFinite
+from xray_tb.health.iteration_follower import IterationFollower
 from xray_tb.health.monitor import HealthMonitor
 from xray_tb.health.options import HealthOptions, as_options
 from xray_tb.health.stats import CUSTOM_KINDS, CustomActivationStatistic, CustomParameterStatistic
 from xray_tb.recording import Recording
+from xray_tb.sharding import is_sharded
 
 
 class TrainingHealth:
@@ -35,6 +37,7 @@ class TrainingHealth:
                  modules: Optional[dict] = None):
         self._warned: set = set()
         self.monitor: Optional[HealthMonitor] = None
+        self._follower: Optional[IterationFollower] = None
         options = as_options(health)
         if options is None:
             return
@@ -43,16 +46,28 @@ class TrainingHealth:
                                 reductions=recording.reductions)
         if optimizer is not None:
             monitor.watch_optimizer(optimizer, lambda: None if recording.closed else recording.next_step, Hook, self.iteration)
+        elif not any(is_sharded(layer.param) for layer in monitor.scope.weighted):
+            # Iterations between take_graphs() calls, from the optimizer that steps the model.
+            self._follower = IterationFollower([layer.param for layer in monitor.scope.weighted],
+                                               lambda step: self.iteration(step, activations=False), recording.next_step)
+            recording.on_release(self._follower.remove)
         recording.on_release(monitor.close)
         recording.pause_with_recorder(monitor.activation_hooks)
         self.monitor = monitor
 
     # The first two run on every training step: the failure handling is inlined to keep them cheap.
 
-    def iteration(self, step: int) -> None:
+    def iteration(self, step: int, activations: bool = True) -> None:
+        """One training iteration: from a ``take_graphs()`` call, from the ``optimizer=`` hook, or (with
+        ``activations=False``: not a health step) from the follower. A call whose backward the model's
+        optimizer step counted already takes only that step's activation statistics, if it is a health step."""
         if self.monitor is not None:
+            counted_already = activations and self._follower is not None and not self._follower.counts_call(step)
             try:
-                self.monitor.iteration(step)
+                if counted_already:
+                    self.monitor.activations_before_capture(step, collective=True)
+                else:
+                    self.monitor.iteration(step, activations)
             except DistributedMismatch:
                 raise  # the ranks disagree: going on would hang or mix their statistics
             except Exception as error:  # noqa: BLE001 - training health must never crash training

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import bisect
 import copy
-import difflib
 import os
 from typing import Any, Optional
 
@@ -28,6 +27,7 @@ from tb_plugin import metadata
 from xray_tb.io import storage
 from xray_tb.io.records import RecordReader
 from xray_tb.io.run_contents import RunContents, StoredFrame, holds_xray_blobs
+from tb_plugin.close_matches import close_matches
 
 _MAX_LISTED_STEPS = 10  # an error lists every recorded step up to this many, else the nearest ones
 
@@ -280,7 +280,7 @@ def _decode(stored: StoredFrame) -> tuple[torch.Tensor, metadata.FrameHeader]:
 
 def _unknown_layer_message(layer: str, recorded: list[str], logdir: str) -> str:
     message = f"run {logdir!r} has no layer {layer!r}"
-    close = difflib.get_close_matches(layer, recorded, n=3)
+    close = close_matches(layer, recorded, n=3, cutoff=0.6)
     if close:
         message += f"; did you mean {' or '.join(map(repr, close))}?"
     return f"{message}; recorded layers: {', '.join(recorded) or '(none)'}"

@@ -11,9 +11,11 @@ from xray_tb.health.rules.nonfinite import NonFiniteRule
 from xray_tb.health.rules.saturation import SaturationRule
 from xray_tb.health.rules.update_ratio import UpdateRatioRule
 from xray_tb.health.rules.vanishing_gradient import VanishingGradientRule
+from xray_tb.health.rules.zero_gradient import ZeroGradientRule
 
 RULES: dict[str, type[Rule]] = {
-    rule.name: rule for rule in (DeadUnitsRule, VanishingGradientRule, ExplodingGradientRule, SaturationRule, UpdateRatioRule, NonFiniteRule)
+    rule.name: rule for rule in (DeadUnitsRule, VanishingGradientRule, ZeroGradientRule, ExplodingGradientRule, SaturationRule, UpdateRatioRule,
+                                NonFiniteRule)
 }
 
 

@@ -9,6 +9,7 @@ it needs of earlier blocks (streaks, trailing windows) itself.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Optional
 
 import numpy as np
@@ -39,6 +40,10 @@ class Rule:
         unknown = sorted(set(settings) - set(self.defaults))
         if unknown:
             raise ValueError(f"rule {self.name!r} has no setting {', '.join(map(repr, unknown))}; its settings: {', '.join(self.defaults)}")
+        for key, value in settings.items():
+            expected = _expected(self.defaults[key], value)
+            if expected:
+                raise ValueError(f"HealthOptions(rules={{{self.name!r}: {{{key!r}: ...}}}}) takes {expected}, got {value!r}")
         self.settings = {**self.defaults, **settings}
 
     def check(self, block: RuleInput) -> list[Hit]:
@@ -46,6 +51,21 @@ class Rule:
 
     def message(self, hit: Hit) -> str:
         raise NotImplementedError
+
+
+def _expected(default: Any, value: Any) -> str:
+    """What a setting takes, judged from its default, when ``value`` is not that; "" when it is. An int
+    default (a count of steps) takes a whole number >= 1, a float one any finite number, a None one
+    (``after``) None or a whole number >= 1."""
+    whole = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    if isinstance(default, bool):
+        return "" if isinstance(value, bool) else "True or False"
+    if isinstance(default, int) or default is None:
+        return "" if whole or (default is None and value is None) else "a whole number >= 1" + (" or None" if default is None else "")
+    if isinstance(default, float):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        return "" if number else "a finite number"
+    return ""
 
 
 def streaks(flags: np.ndarray, carry: np.ndarray) -> np.ndarray:
@@ -57,6 +77,22 @@ def streaks(flags: np.ndarray, carry: np.ndarray) -> np.ndarray:
     runs = counts - resets
     unbroken = ~np.maximum.accumulate(~flags, axis=0)
     return runs + np.where(unbroken, carry[None, :], 0)
+
+
+class Streaks:
+    """:func:`streaks` carried from block to block (per column; a change in the number of columns
+    starts over)."""
+
+    def __init__(self):
+        self._carry: Optional[np.ndarray] = None
+
+    def update(self, flags: np.ndarray) -> np.ndarray:
+        """The run lengths of this block's rows, continuing the previous block's."""
+        if self._carry is None or self._carry.shape[0] != flags.shape[1]:
+            self._carry = np.zeros(flags.shape[1], dtype=np.int64)
+        runs = streaks(flags, self._carry)
+        self._carry = runs[-1].copy()
+        return runs
 
 
 def first_hits(condition: np.ndarray, steps: np.ndarray, layers: list[str], values: np.ndarray, seen: set) -> list[Hit]:

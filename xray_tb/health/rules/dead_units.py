@@ -32,6 +32,13 @@ class DeadUnitsRule(Rule):
         return first_hits(held, block.health_steps, block.health_layers, fractions, self._seen)
 
     def message(self, hit: Hit) -> str:
+        if hit.value >= 1.0:
+            return (
+                f"every unit of {hit.layer} is dead over the recent health steps: nothing flows through it, and the "
+                "gradients of the layers before it are zero. Do not prune it (that would cut the network there): "
+                "lower the learning rate (a too-large step kills ReLU layers), or change the initialisation, the "
+                "inputs' scale or the activation (LeakyReLU)"
+            )
         return (
             f"{hit.value:.0%} of {hit.layer}'s units never fired over the recent health steps: "
             "see xray.dead_units(); prune them with xray.prune(dry_run=False), or try a lower learning rate, "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from xray_tb.health.findings import Hit
-from xray_tb.health.rules.base import Rule, RuleInput, first_hits, streaks
+from xray_tb.health.rules.base import Rule, RuleInput, Streaks, first_hits
 
 
 class VanishingGradientRule(Rule):
@@ -19,7 +19,7 @@ class VanishingGradientRule(Rule):
 
     def __init__(self, **settings):
         super().__init__(**settings)
-        self._carry = None
+        self._streaks = Streaks()
         self._seen: set = set()
 
     def check(self, block: RuleInput) -> list[Hit]:
@@ -30,10 +30,7 @@ class VanishingGradientRule(Rule):
             largest = np.max(np.where(np.isfinite(rms), rms, -np.inf), axis=1, keepdims=True)
             ratio = rms / largest
         below = np.isfinite(ratio) & (largest > 0) & (ratio < self.settings["ratio"])
-        if self._carry is None or self._carry.shape[0] != below.shape[1]:
-            self._carry = np.zeros(below.shape[1], dtype=np.int64)
-        runs = streaks(below, self._carry)
-        self._carry = runs[-1].copy()
+        runs = self._streaks.update(below)
         return first_hits(runs >= self.settings["patience"], block.steps, block.layers, ratio, self._seen)
 
     def message(self, hit: Hit) -> str:
