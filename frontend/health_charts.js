@@ -13,13 +13,15 @@ const HEIGHT = 140;
 
 /**
  * Aligned uPlot data of several runs' series: x is the union of their x values; non-finite values
- * (and, on a log axis, values ≤ 0) become gaps and are listed apart.
+ * and, on a log axis, values ≤ 0 become gaps, listed apart (so a gradient that is exactly 0 is said,
+ * not silently missing).
  * @param {{x: number[], y: (number|null)[]}[]} series
  * @param {boolean} log
- * @returns {{data: any[], nonfinite: {run: number, x: number, v: number}[], positive: boolean}}
+ * @returns {{data: any[], nonfinite: {run: number, x: number, v: number}[], nonpositive: {run: number, x: number, v: number}[], positive: boolean}}
  */
 export function alignSeries(series, log) {
   const nonfinite = [];
+  const nonpositive = [];
   let positive = false;
   const tables = series.map((s, run) => {
     const y = s.y.map((v, i) => {
@@ -28,21 +30,32 @@ export function alignSeries(series, log) {
         nonfinite.push({ run, x: s.x[i], v });
         return null;
       }
-      if (log && !(v > 0)) return null;
+      if (log && !(v > 0)) {
+        nonpositive.push({ run, x: s.x[i], v });
+        return null;
+      }
       positive = positive || v > 0;
       return v;
     });
     return [Float64Array.from(s.x), y];
   });
-  if (!tables.length) return { data: [[]], nonfinite, positive };
+  if (!tables.length) return { data: [[]], nonfinite, nonpositive, positive };
   const data = tables.length === 1 ? tables[0] : uPlot.join(tables);
-  return { data, nonfinite, positive };
+  return { data, nonfinite, nonpositive, positive };
+}
+
+/** "what at step 3, 5 (run), …": the first four points of a list, for a chart's note. */
+function listed(what, points, o) {
+  if (!points.length) return '';
+  const shown = points.slice(0, 4).map((n) => `${formatValue(n.v)} at ${o.axis} ${n.x}${o.runs.length > 1 ? ` (${o.runs[n.run]})` : ''}`);
+  return `${what}: ${shown.join(', ')}${points.length > 4 ? `, … (${points.length})` : ''}`;
 }
 
 export class HealthChart {
   /**
    * @param {{stat: string, title: string, layer: string, runs: string[], axis: 'step'|'unit'|'epoch',
-   *   width: number, log?: boolean, unit?: boolean, bars?: boolean, series: {x: number[], y: (number|null)[]}[]}} o
+   *   width: number, log?: boolean, unit?: boolean, bars?: boolean, xRange?: [number, number],
+   *   series: {x: number[], y: (number|null)[]}[]}} o  xRange: the x axis shared by a layer's step charts
    */
   constructor(o) {
     this.o = o;
@@ -62,13 +75,12 @@ export class HealthChart {
   /** @param {{x: number[], y: (number|null)[]}[]} series */
   setSeries(series) {
     const { o } = this;
-    const { data, nonfinite, positive } = alignSeries(series, Boolean(o.log));
+    const { data, nonfinite, nonpositive, positive } = alignSeries(series, Boolean(o.log));
     const log = Boolean(o.log) && positive;
     this.element.dataset.points = String(data[0].length);
     this.element.dataset.nonfinite = nonfinite.map((n) => n.x).join(',');
-    this.note.textContent = nonfinite.length
-      ? `non-finite: ${nonfinite.slice(0, 4).map((n) => `${formatValue(n.v)} at ${o.axis} ${n.x}${o.runs.length > 1 ? ` (${o.runs[n.run]})` : ''}`).join(', ')}${nonfinite.length > 4 ? ', …' : ''}`
-      : data[0].length ? '' : 'no values';
+    const notes = [listed('non-finite', nonfinite, o), log ? listed('≤ 0, not drawn on the log axis', nonpositive, o) : ''];
+    this.note.textContent = notes.filter(Boolean).join('; ') || (data[0].length ? '' : 'no values');
     const shape = JSON.stringify([log, data.length]);
     if (this.u && this.shape === shape) {
       this.u.setData(data);
@@ -82,7 +94,7 @@ export class HealthChart {
       height: HEIGHT,
       legend: { show: o.runs.length > 1, live: false },
       cursor: { drag: { x: false, y: false }, points: { show: false } },
-      scales: { x: { time: false }, y: log ? { distr: 3, log: 10 } : o.unit ? { range: [0, 1] } : {} },
+      scales: { x: o.xRange ? { time: false, range: o.xRange } : { time: false }, y: log ? { distr: 3, log: 10 } : o.unit ? { range: [0, 1] } : {} },
       axes: [
         { size: 26, font: '10px Roboto, Arial, sans-serif', values: (u, vals) => vals.map((v) => String(v)) },
         { size: 52, font: '10px Roboto, Arial, sans-serif', values: (u, vals) => vals.map(formatValue) },
@@ -123,8 +135,8 @@ export class HealthChart {
   /** Puts the marker at the step (after every draw too: scales are set on uPlot's first draw). */
   placeMarker() {
     const { u, step } = this;
-    const xs = u ? u.data[0] : [];
-    if (step === null || this.o.axis !== 'step' || !u || !xs.length || step < xs[0] || step > xs[xs.length - 1] + 1e-9) {
+    const scale = u && u.data[0].length ? u.scales.x : null;  // min and max are set on the first draw
+    if (step === null || this.o.axis !== 'step' || !scale || scale.min === null || step < scale.min || step > scale.max + 1e-9) {
       this.marker.hidden = true;
       return;
     }

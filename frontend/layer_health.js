@@ -21,6 +21,27 @@ const STEP_CHARTS = [
 ];
 const VECTOR_DEBOUNCE_MS = 100;
 
+/**
+ * The step range every step chart of a layer shares (so the step marker sits at one place in all of
+ * them, whatever each statistic's pace), or undefined without steps.
+ * @param {{stats: Object<string, {steps: number[]}>}[]} healths
+ * @returns {[number, number]|undefined}
+ */
+function sharedSteps(healths) {
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (const h of healths) {
+    for (const [stat] of STEP_CHARTS) {
+      const steps = h.stats[stat] && h.stats[stat].steps;
+      if (steps && steps.length) {
+        lo = Math.min(lo, steps[0]);
+        hi = Math.max(hi, steps[steps.length - 1]);
+      }
+    }
+  }
+  return lo <= hi ? [lo, hi > lo ? hi : lo + 1] : undefined;
+}
+
 export class LayerHealth {
   constructor() {
     loadHealthStyles();
@@ -79,7 +100,11 @@ export class LayerHealth {
     this.charts = [];
     this.vector = null;
     this.showPrune(layer, plan, info);
-    const make = (stat, title, axis, kind, series) => new HealthChart({ stat, title, layer, runs, axis, width: chartWidth, log: kind === 'log', unit: kind === 'unit', bars: axis === 'unit', series });
+    const xRange = sharedSteps(healths);
+    const make = (stat, title, axis, kind, series) => new HealthChart({
+      stat, title, layer, runs, axis, width: chartWidth, log: kind === 'log', unit: kind === 'unit', bars: axis === 'unit', series,
+      xRange: axis === 'step' ? xRange : undefined,
+    });
     for (const [stat, title, kind] of STEP_CHARTS) {
       if (!healths.some((h) => h.stats[stat])) continue;
       const series = healths.map((h) => (h.stats[stat] ? { x: h.stats[stat].steps, y: h.stats[stat].values } : { x: [], y: [] }));

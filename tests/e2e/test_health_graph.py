@@ -110,6 +110,9 @@ def test_layer_view_charts_mark_the_step(tensorboard_url, page):
         chart = frame.locator(f'.xray-health-chart[data-stat="{stat}"][data-layer="conv1"][data-run="{RUN}"][data-axis=step]')
         expect(chart).to_have_attribute("data-step", str(step), timeout=20_000)
         assert int(chart.get_attribute("data-points")) == len(served[stat]["steps"]), stat  # every measured iteration
+    markers = {stat: frame.locator(f'.xray-health-chart[data-stat="{stat}"][data-axis=step] .xray-health-marker').evaluate("(m) => m.style.left")
+               for stat in ("grad_l2", "weight_l2", "update_ratio")}
+    assert len(set(markers.values())) == 1, markers  # one step axis for every chart, whatever each statistic's pace
     chart = frame.locator('.xray-health-chart[data-stat="grad_l2"][data-axis=step]')
     marker = chart.locator(".xray-health-marker")
     expect(marker).to_be_visible()

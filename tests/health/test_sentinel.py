@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -91,6 +92,10 @@ def test_the_readme_loop_that_takes_graphs_every_10_steps_names_the_nan_at_37(tm
     layers, steps, values = run.health("grad_l2")
     assert 37 in steps.tolist()  # the iteration that went non-finite is measured, whatever the pace
     assert math.isnan(values[layers.index("second"), steps.tolist().index(37)])
+    *_, present = run.health("grad_l2", present=True)
+    assert present[layers.index("second"), steps.tolist().index(37)]  # measured as NaN, not missing
+    _, ratio_steps, ratios, ratio_present = run.health("update_ratio", present=True)
+    assert np.isnan(ratios[~ratio_present]).all() and not ratio_present.all()  # measured one iteration in 10
     assert set(range(10)) <= set(steps.tolist())  # iterations between captures carry their own steps
 
 

@@ -166,11 +166,15 @@ class RecordedRun:
 
         return reading.findings(self._contents)
 
-    def health(self, stat: str) -> tuple[list[str], np.ndarray, np.ndarray]:
-        """One training-health statistic: ``(layers, steps, values)``, values layers × steps (NaN: none)."""
+    def health(self, stat: str, *, present: bool = False) -> tuple:
+        """One training-health statistic: ``(layers, steps, values)``, values layers × steps, NaN where a
+        layer has no value at a step. ``present=True`` adds a fourth item, layers × steps booleans, False
+        there: a statistic measured as NaN (after a non-finite gradient) is then told from one never
+        measured (the update ratio between its measurements, a layer without a gradient)."""
         from xray_tb.health import reading
 
-        return reading.series(self._contents, stat)[:3]
+        found = reading.series(self._contents, stat)
+        return found if present else found[:3]
 
     def bias(self) -> dict:
         """The Attention-IoU evaluations written to the run, ``{evaluation: {step: BiasReport}}``
