@@ -119,3 +119,19 @@ def test_weight_histograms_are_written_at_captures_histograms_every_steps_apart(
     assert written and all([step for step, _ in values] == [0, 100, 200] for values in written.values())
     with pytest.raises(ValueError, match="histograms_every"):
         HealthOptions(histograms_every=0)
+
+
+def test_a_channel_dim_that_some_activations_lack_is_said_once_and_the_others_are_measured(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 36, 3), nn.ReLU())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.warns(UserWarning, match=r"channel_dim=2\) is not a dimension of the activations of 3 \(2-D\)") as caught:
+        with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=1, health=HealthOptions(every=1, channel_dim=2)) as xray:
+            for _ in range(3):
+                optimizer.zero_grad()
+                F.cross_entropy(model(torch.randn(8, 1, 6, 6)), torch.randint(0, 3, (8,))).backward()
+                xray.take_graphs()
+                optimizer.step()
+    assert sum("channel_dim" in str(w.message) for w in caught) == 1
+    channel_var = scalars(tmp_path)
+    assert ("0", "channel_var") in channel_var and ("3", "channel_var") not in channel_var  # rows of the conv: measured

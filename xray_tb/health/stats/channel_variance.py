@@ -5,6 +5,7 @@ draw), and its mean is the ``channel_var`` statistic."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
 import numpy as np
@@ -55,8 +56,11 @@ class ChannelVariance(ActivationStatistic):
         super().__init__(layers)
         self.dim = dim
         self._last: list[Optional[torch.Tensor]] = [None] * len(layers)
+        self._warned = False
 
     def compute(self, values: list[ActivationValue], nan: torch.Tensor) -> dict[str, list[torch.Tensor]]:
+        if self.dim is not None and not self._warned:
+            self._warn_out_of_range(values)
         means = []
         for i, value in enumerate(values):
             found = self._measured(value)
@@ -64,6 +68,16 @@ class ChannelVariance(ActivationStatistic):
             self._last[i] = vector
             means.append(None if vector is None else vector.mean())
         return {"channel_var": means}
+
+    def _warn_out_of_range(self, values: list[ActivationValue]) -> None:
+        """Once: the layers whose activation has no dimension ``channel_dim`` (not measured there)."""
+        outside = [f"{v.layer.name} ({v.activation.dim()}-D)" for v in values
+                   if v.activation is not None and not -v.activation.dim() <= self.dim < v.activation.dim()]
+        if outside:
+            self._warned = True
+            warnings.warn(f"HealthOptions(channel_dim={self.dim}) is not a dimension of the activations of {', '.join(outside[:5])}"
+                          f"{', ...' if len(outside) > 5 else ''}: their channel variance is not measured. Pass a dimension "
+                          "they have, or None (the unit dimension of each layer)", stacklevel=2)
 
     def _measured(self, value: ActivationValue) -> Optional[tuple[torch.Tensor, int]]:
         """The activation and the dimension of its channels, when it has a variance to measure."""
