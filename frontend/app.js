@@ -144,7 +144,10 @@ export class XrayApp {
     const arch = this.data.arch(main);
     let { view, layer } = s;
     if (!arch && view === 'graph' && layers.length) view = 'layer';
-    if (view === 'layer' && (!layer || !shown.some((r) => this.data.layer(r, layer)))) layer = layers.length ? layers[0].name : null;
+    // A layer of the model that no shown run recorded (health covers every layer, the plan only some)
+    // opens too: its health charts, and a hint that it is not recorded; any other falls back.
+    const known = layer && (shown.some((r) => this.data.layer(r, layer)) || this.data.hasModelLayer(main, layer.split('[')[0]));
+    if (view === 'layer' && !known) layer = layers.length ? layers[0].name : null;
     this.store.set({ view, layer });
     this.graph.element.hidden = view !== 'graph';
     this.layerView.element.hidden = view !== 'layer';
@@ -163,6 +166,7 @@ export class XrayApp {
     } else if (view === 'layer' && layer !== null) {
       this.layerView.show(layer, shown.map((run) => ({ run, info: this.data.layer(run, layer) })), { scale: s.scale, kind: s.kind });
       steps = this.layerView.steps();
+      if (!steps.length) steps = this.data.steps(main); // a layer not recorded: the run's steps, for its health charts
     } else {
       if (view === 'layer') this.layerView.clear('This run has no recorded layers yet.');
       steps = this.data.steps(main);

@@ -128,7 +128,9 @@ export class LayerView {
       for (const s of shown) section.panels.get(s.run).setSteps((s.info && s.info.kinds[k]) || []);
     }
     this.hint.hidden = visible.length > 0;
-    this.hint.textContent = visible.length ? '' : main ? 'This layer has no recorded kinds.' : `${shown[0] ? shown[0].run : 'This run'} did not record ${layer}.`;
+    this.hint.textContent = visible.length ? '' : main ? 'This layer has no recorded kinds.'
+      : shown.some((s) => s.info) ? `${shown[0].run} did not record ${layer}.`
+        : `${layer} is not recorded in ${shown.length > 1 ? 'these runs' : shown[0] ? shown[0].run : 'this run'}: it is not in the plan (xray.set_plan() adds it). Its training health is below.`;
     this.health.show(layer, shown, this.sectionsEl.clientWidth || document.documentElement.clientWidth - 300);
     return rebuild;
   }

@@ -35,7 +35,7 @@ function recordedSteps(layers) {
 export class RunData {
   constructor() {
     /** @type {Map<string, LayersResponse>} */ this.layers = new Map();
-    /** @type {Map<string, {text: string, arch: any}|null>} */ this.archs = new Map();
+    /** @type {Map<string, {text: string, arch: any, modules?: Set<string>}|null>} */ this.archs = new Map();
   }
 
   /**
@@ -71,6 +71,18 @@ export class RunData {
   arch(run) {
     const known = this.archs.get(run);
     return known ? known.arch : null;
+  }
+
+  /**
+   * Whether the run's model has a layer ``name`` (a module call in its architecture), recorded or not:
+   * training health covers every layer, the plan only some.
+   * @returns {boolean}
+   */
+  hasModelLayer(run, name) {
+    const known = this.archs.get(run);
+    if (!known || !known.arch) return false;
+    if (!known.modules) known.modules = new Set((known.arch.nodes || []).filter((n) => n.kind === 'module').map((n) => n.module));
+    return known.modules.has(name);
   }
 
   /** @returns {import('./api.js').LayerInfo|null} */

@@ -181,6 +181,20 @@ def gpt_url(tmp_path_factory):
         yield base
 
 
+def test_a_layer_health_covers_but_the_plan_does_not_opens_with_its_charts(gpt_url, page):
+    """A finding or a matrix row can name any layer (health covers them all); the layer view opens it,
+    says it is not recorded, and shows its health charts, instead of swapping in a recorded layer."""
+    recorded = {layer["name"] for layer in api(gpt_url, "layers", run="gpt")["layers"]}
+    layer = next(name for name in api(gpt_url, "health", run="gpt", stat="grad_l2")["layers"] if name not in recorded)
+    frame = open_tab(page, gpt_url, f"&p.xray.run=gpt&p.xray.view=layer&p.xray.layer={urllib.parse.quote(layer)}")
+    expect(frame.locator("#xray-layer-title")).to_have_text(layer, timeout=30_000)
+    expect(frame.locator(".xray-layer-view .xray-hint")).to_contain_text("is not recorded")
+    chart = frame.locator(f'.xray-health-chart[data-stat="grad_l2"][data-layer="{layer}"][data-axis=step]')
+    expect(chart).to_have_attribute("data-step", re.compile(r"\d+"), timeout=20_000)
+    assert int(chart.get_attribute("data-points")) > 0
+    assert not [e for e in page.xray_errors if "uncaught" in e], page.xray_errors
+
+
 def test_big_graph_recolours_within_50_ms_and_groups_show_their_worst(gpt_url, page):
     frame = open_tab(page, gpt_url, "&p.xray.run=gpt&p.xray.view=graph&p.xray.stat=grad_l2")
     graph = frame.locator("[data-view=graph]")
