@@ -155,6 +155,9 @@ def test_bad_arguments_are_named(tmp_path, data):
             xray.attention_iou([(images, labels)], target=0, protected=1, masks=["patch"])
         with pytest.raises(ValueError, match="R = 1 regions"):
             xray.attention_iou([(images, labels, masks)], target=0, protected=1, masks=["patch"])
+        with pytest.raises(ValueError, match=r"masks=\{'patch': fn\}: fn\(x, labels\) must return one \(B, H, W\) mask per image, "
+                                             r"got \(16, 1, 32, 32\); drop the channel dimension"):
+            xray.attention_iou([(images[:16], labels[:16])], target=0, protected=1, masks={"patch": lambda x, y: torch.ones(len(x), 1, 32, 32)})
         with pytest.raises(ValueError, match="protected=2 but the labels have 2 columns"):
             xray.attention_iou([(images, labels)], target=0, protected=2)
         with pytest.raises(ValueError, match="unknown layer 'feature'; did you mean 'features'"):

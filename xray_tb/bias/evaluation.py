@@ -233,7 +233,14 @@ def _check_labels(labels, x: torch.Tensor, target: int, protected: int) -> torch
 
 def _regions(masks: MasksLike, given, x, labels, region_names: list[str]) -> torch.Tensor:
     if given is None:
-        regions = torch.stack([torch.as_tensor(fn(x, labels)).float() for fn in masks.values()], dim=1)
+        computed = {name: torch.as_tensor(fn(x, labels)).float() for name, fn in masks.items()}
+        for name, mask in computed.items():
+            if mask.dim() != 3:
+                raise ValueError(
+                    f"masks={{{name!r}: fn}}: fn(x, labels) must return one (B, H, W) mask per image, "
+                    f"got {tuple(mask.shape)}" + ("; drop the channel dimension (mask[:, 0])" if mask.dim() == 4 and mask.shape[1] == 1 else "")
+                )
+        regions = torch.stack(list(computed.values()), dim=1)
     else:
         regions = given.float()
     if regions.dim() != 4 or regions.shape[1] != len(region_names):
