@@ -96,6 +96,8 @@ def test_the_readme_loop_that_takes_graphs_every_10_steps_names_the_nan_at_37(tm
     assert present[layers.index("second"), steps.tolist().index(37)]  # measured as NaN, not missing
     _, ratio_steps, ratios, ratio_present = run.health("update_ratio", present=True)
     assert np.isnan(ratios[~ratio_present]).all() and not ratio_present.all()  # measured one iteration in 10
+    with pytest.raises(ValueError, match=r"no training-health statistic 'grad_l3'; did you mean 'grad_l1', 'grad_l2', 'grad_var'\? this run has: .*grad_l2"):
+        run.health("grad_l3")
     assert set(range(10)) <= set(steps.tolist())  # iterations between captures carry their own steps
 
 

@@ -23,7 +23,7 @@ import torch
 from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2
 
-from tb_plugin import metadata
+from tb_plugin import health_metadata, metadata
 from xray_tb.io import storage
 from xray_tb.io.records import RecordReader
 from xray_tb.io.run_contents import RunContents, StoredFrame, holds_xray_blobs
@@ -173,6 +173,11 @@ class RecordedRun:
         measured (the update ratio between its measurements, a layer without a gradient)."""
         from xray_tb.health import reading
 
+        recorded = self._contents.health_series
+        if stat not in recorded and stat not in health_metadata.BUILTIN_STATS:
+            close = close_matches(stat, dict.fromkeys([*health_metadata.BUILTIN_STATS, *recorded]), n=3)
+            hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
+            raise ValueError(f"no training-health statistic {stat!r}; {hint}this run has: {', '.join(sorted(recorded)) or 'none'}")
         found = reading.series(self._contents, stat)
         return found if present else found[:3]
 
