@@ -117,3 +117,17 @@ def test_a_layer_whose_every_unit_died_is_not_pruned_and_zero_gradients_are_a_fi
     zero = sorted(layer for rule, layer in findings if rule == "zero_gradient")
     assert zero == ["0", "2", "4"]  # 4 too: its input is all zeros, so its weight gets no gradient (its bias does)
     assert findings[("zero_gradient", "0")].step == 4 and findings[("zero_gradient", "0")].value == 0.0
+
+
+def test_tanh_units_that_stay_below_zero_are_listed_but_not_a_finding(tmp_path):
+    """Dead is a ReLU notion: a Tanh unit below 0 still passes a gradient, so no dead_units finding."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 8), nn.Tanh(), nn.Linear(8, 4))
+    with torch.no_grad():
+        model[0].weight[:4] = 0.0
+        model[0].bias[:4] = -5.0  # tanh(-5) < 0 on every sample
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=1, health=HealthOptions(every=1, dead_window=2)) as xray:
+        train(model, xray, optimizer, batches(6))
+        assert xray.dead_units() == {"0": [0, 1, 2, 3]}  # as documented: at or below the threshold
+        assert not [f for f in xray.findings() if f.rule == "dead_units"]

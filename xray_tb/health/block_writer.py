@@ -121,6 +121,7 @@ class BlockWriter:
             health_layers=[layer.name for layer in self._scope.activations],
             health_stats={stat: np.where(entry.absent, np.nan, entry.values) for stat, entry in activation_series.items()},
             first_nonfinite=self.first_nonfinite,
+            zero_clamped=frozenset(layer.name for layer in self._scope.activations if layer.zero_clamped),
         )
         for rule in self._rules:
             for hit in rule.check(block):

@@ -58,6 +58,11 @@ class ActivationLayer:
     last_dim_units: bool
     prunable: Optional[str]  # None when prune() can mask its dead units, else why not
 
+    @property
+    def zero_clamped(self) -> bool:
+        """Whether the activation maps every value <= 0 to 0 (ReLU, ReLU6): a unit that stays there is dead."""
+        return self.activation in _ZERO_CLAMPING
+
     def unit_dim(self, tensor: torch.Tensor) -> int:
         return tensor.dim() - 1 if self.last_dim_units else min(1, tensor.dim() - 1)
 

@@ -30,6 +30,9 @@ class RuleInput:
     health_layers: list[str]
     health_stats: dict[str, np.ndarray]
     first_nonfinite: Optional[NonFinite]
+    #: The health layers whose activation maps every value <= 0 to 0 (ReLU, ReLU6): there a unit that
+    #: stays at or below 0 passes no gradient, so it is dead; a Tanh unit below 0 still learns.
+    zero_clamped: frozenset = frozenset()
 
 
 class Rule:

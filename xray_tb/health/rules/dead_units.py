@@ -1,5 +1,7 @@
 """``dead_units``: a layer's dead fraction over ``fraction``, judged once ``after`` health steps were seen
-(by default the dead-unit window, so a unit is not called dead on one batch). The value is the fraction."""
+(by default the dead-unit window, so a unit is not called dead on one batch). The value is the fraction.
+Only for layers whose activation maps every value <= 0 to 0 (ReLU, ReLU6), where such a unit passes no
+gradient: a Tanh or GELU unit that stays below 0 still learns (``xray.dead_units()`` lists it all the same)."""
 
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ class DeadUnitsRule(Rule):
             self._counts = np.zeros(seen.shape[1], dtype=np.int64)
         counts = self._counts[None, :] + np.cumsum(seen, axis=0)
         self._counts = counts[-1].copy()
-        held = seen & (counts >= self._after) & (fractions > self.settings["fraction"])
+        clamped = np.asarray([layer in block.zero_clamped for layer in block.health_layers], dtype=bool)
+        held = seen & (counts >= self._after) & (fractions > self.settings["fraction"]) & clamped[None, :]
         return first_hits(held, block.health_steps, block.health_layers, fractions, self._seen)
 
     def message(self, hit: Hit) -> str:
