@@ -16,7 +16,7 @@ from torch.nn import functional as F
 
 from tests.event_files import read_xray_events
 from tests.helpers.training import FULL, SmallCNN, assert_same_state, batch, state_of, train_step
-from xray_tb import Xray
+from xray_tb import Xray, open_run
 from xray_tb.schedules import at, every
 
 
@@ -197,3 +197,35 @@ def test_a_schedule_is_asked_once_per_step(model, tmp_path):
         xray.take_graphs()
     xray.close()
     assert asked == [0, 1, 2, 3, 4]  # 4: arming for the next step
+
+
+@pytest.mark.parametrize("every", [None, 2])
+def test_a_loop_that_calls_a_submodule_and_never_the_root_still_records_outputs(tmp_path, every):
+    """Call counts restart every step (at take_graphs()), not only in the root's forward."""
+
+    class Wrapper(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+
+        def forward(self, x):
+            return self.net(x)
+
+    torch.manual_seed(0)
+    model = Wrapper()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    expected = {}
+    with Xray(model, torch.randn(2, 4), logdir=str(tmp_path), every=every, plan={"net.0": {"output": True}}, health=False) as xray:
+        for step in range(4):
+            x = torch.randn(3, 4)
+            optimizer.zero_grad()
+            model.net(x).sum().backward()  # the root module's forward never runs
+            expected[step] = model.net[0](x).detach()
+            xray.take_graphs(step)
+            optimizer.step()
+    run = open_run(tmp_path)
+    steps = [0, 1, 2, 3] if every is None else [0, 2]
+    assert run.records() == {"net.0": {"output": steps}}
+    for step in steps:
+        values, header = run.load("net.0", "output", step)
+        np.testing.assert_allclose(values.numpy(), expected[step][header.indices].numpy(), rtol=1e-6)

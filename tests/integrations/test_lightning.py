@@ -162,10 +162,12 @@ def test_a_training_step_that_bypasses_forward_asks_for_an_example_input(tmp_pat
     callback = XrayCallback(every=1)
     with pytest.raises(RuntimeError, match="forward did not run.*example_input="):
         trainer(tmp_path, logger=False, callbacks=[callback]).fit(SubmoduleStep(), loader())
-    # Given one, it traces; weights and their gradients are recorded (outputs need the module's forward).
-    callback = XrayCallback(every=1, plan={"net.0": {"weight": True, "weight_grad": True}}, input_size=(4,))
-    trainer(tmp_path / "given", logger=False, callbacks=[callback], max_steps=2).fit(SubmoduleStep(), loader())
-    assert open_run(tmp_path / "given" / "xray").records() == {"net.0": {"weight": [0, 1], "weight_grad": [0, 1]}}
+    # Given one, it traces, and every kind is recorded at every step: the layers' own hooks fire
+    # whether or not the LightningModule's forward runs.
+    kinds = {"weight": True, "weight_grad": True, "output": True, "grad": True}
+    callback = XrayCallback(every=1, plan={"net.0": kinds}, input_size=(4,))
+    trainer(tmp_path / "given", logger=False, callbacks=[callback], max_steps=3).fit(SubmoduleStep(), loader())
+    assert open_run(tmp_path / "given" / "xray").records() == {"net.0": {kind: [0, 1, 2] for kind in kinds}}
 
 
 @pytest.mark.slow

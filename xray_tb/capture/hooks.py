@@ -118,8 +118,10 @@ class TapRecorder:
         self._tensor_handles: list[RemovableHandle] = []
 
     def claim(self) -> None:
-        """Make the calling thread the training thread, whose forwards are recorded."""
+        """Make the calling thread the training thread, whose forwards are recorded; called once a step,
+        which also restarts the count of module calls (for a forward that never runs the root module)."""
         self.owner = threading.get_ident()
+        self._calls.clear()
 
     def copy_from_now_on(self, tap: Tap) -> None:
         """Copy ``tap``'s output when it is kept: something writes into it after the layer returns."""
@@ -133,6 +135,9 @@ class TapRecorder:
         """Register the hooks (no-op when armed or when there is nothing to tap)."""
         if self.armed or not self._modules:
             return
+        # Module calls are counted from here too: a forward that never runs the root module (a
+        # LightningModule whose training_step calls self.net(x)) has no start for the counts otherwise.
+        self._calls.clear()
         self._handles.append(self._model.register_forward_pre_hook(self._start_hook))
         for module in self._modules:
             self._handles.append(module.register_forward_hook(self._hook))
@@ -161,7 +166,10 @@ class TapRecorder:
         self._tensor_handles.clear()
 
     def _on_output(self, module, args, output) -> None:
-        if threading.get_ident() != self.owner:
+        thread = threading.get_ident()
+        if self.owner is None and torch.is_grad_enabled():
+            self.owner = thread  # the first training forward, also one that never runs the root module
+        if thread != self.owner:
             return
         name, taps = self._targets[id(module)]
         call = self._calls.get(name, 0)
@@ -193,6 +201,7 @@ class TapRecorder:
         self._drop_tensor_hooks()
         self.latest.clear()
         self.errors.clear()
+        self._calls.clear()
 
     def remove(self) -> None:
         """Remove every hook and forget everything; idempotent."""
