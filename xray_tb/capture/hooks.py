@@ -135,9 +135,6 @@ class TapRecorder:
         """Register the hooks (no-op when armed or when there is nothing to tap)."""
         if self.armed or not self._modules:
             return
-        # Module calls are counted from here too: a forward that never runs the root module (a
-        # LightningModule whose training_step calls self.net(x)) has no start for the counts otherwise.
-        self._calls.clear()
         self._handles.append(self._model.register_forward_pre_hook(self._start_hook))
         for module in self._modules:
             self._handles.append(module.register_forward_hook(self._hook))

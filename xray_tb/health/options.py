@@ -64,13 +64,13 @@ class HealthOptions:
     def __post_init__(self):
         if self.every != "auto" and (isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1):
             raise ValueError(f"HealthOptions(every=...) takes 'auto' or a whole number >= 1, got {self.every!r}")
-        if self.budget is not None and (isinstance(self.budget, bool) or not isinstance(self.budget, (int, float)) or not 0 < self.budget <= 1):
+        if self.budget is not None and (not _is_number(self.budget) or not 0 < self.budget <= 1):
             raise ValueError(f"HealthOptions(budget=...) takes a share of the step time in (0, 1], got {self.budget!r}")
         for name in ("update_every", "dead_window", "flush_every", "histograms_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"HealthOptions({name}=...) takes a whole number >= 1, got {value!r}")
-        if isinstance(self.flush_seconds, bool) or not isinstance(self.flush_seconds, (int, float)) or self.flush_seconds < 0:
+        if not _is_number(self.flush_seconds) or self.flush_seconds < 0:
             raise ValueError(f"HealthOptions(flush_seconds=...) takes a number of seconds >= 0, got {self.flush_seconds!r}")
         if not _is_number(self.saturation_margin) or not 0 <= self.saturation_margin < 0.5:
             raise ValueError(f"HealthOptions(saturation_margin=...) takes a number in [0, 0.5), got {self.saturation_margin!r}")

@@ -93,18 +93,18 @@ class TrainingHealth:
                               stacklevel=3)
 
     def activations_before_capture(self, step: int) -> None:
-        if self.monitor is not None:
-            try:
-                self.monitor.activations_before_capture(step)
-            except Exception as error:  # noqa: BLE001
-                _failed(self._warned, "measuring", step, error)
+        self._contained("measuring", step, lambda monitor: monitor.activations_before_capture(step))
 
     def capture(self, step: int, layers: list[str]) -> None:
+        self._contained("writing", step, lambda monitor: monitor.capture(step, layers))
+
+    def _contained(self, doing: str, step: int, call: Callable[[HealthMonitor], None]) -> None:
+        """``call(monitor)`` at a capture, a failure warned once per kind of work, never raised."""
         if self.monitor is not None:
             try:
-                self.monitor.capture(step, layers)
-            except Exception as error:  # noqa: BLE001
-                _failed(self._warned, "writing", step, error)
+                call(self.monitor)
+            except Exception as error:  # noqa: BLE001 - training health must never crash training
+                _failed(self._warned, doing, step, error)
 
     def _monitor(self) -> HealthMonitor:
         if self.monitor is None:
