@@ -229,3 +229,51 @@ def test_a_loop_that_calls_a_submodule_and_never_the_root_still_records_outputs(
     for step in steps:
         values, header = run.load("net.0", "output", step)
         np.testing.assert_allclose(values.numpy(), expected[step][header.indices].numpy(), rtol=1e-6)
+
+
+def test_sparse_captures_of_a_loop_that_never_runs_the_root_record_the_latest_forward(tmp_path):
+    """Without a schedule the hooks stay armed over the steps between two take_graphs() calls; each
+    forward that bypasses the root still keeps its own outputs (calls counted per traced forward),
+    also for a module called twice per forward, and the gradients are those of the latest backward."""
+
+    class Wrapper(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = Twice()
+
+        def forward(self, x):
+            return self.net(x)
+
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.shared = nn.Linear(4, 4), nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.shared(torch.tanh(self.shared(self.first(x))))
+
+    torch.manual_seed(0)
+    model = Wrapper()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    plan = {"net.first": {"output": True, "grad": True}, "net.shared": {"output": True}}
+    expected = {}
+    with Xray(model, torch.randn(2, 4), logdir=str(tmp_path), plan=plan, health=False) as xray:
+        for step in range(25):
+            x = torch.randn(3, 4)
+            optimizer.zero_grad()
+            first_layer, shared = model.net.first, model.net.shared  # the reference calls no module
+            first = F.linear(x, first_layer.weight, first_layer.bias).detach().requires_grad_()
+            F.linear(torch.tanh(F.linear(first, shared.weight, shared.bias)), shared.weight, shared.bias).sum().backward()
+            expected[step] = (first.detach(), F.linear(first, shared.weight, shared.bias).detach(), first.grad)
+            optimizer.zero_grad()
+            model.net(x).sum().backward()  # the root module's forward never runs
+            if step % 10 == 0:
+                xray.take_graphs(step)
+            optimizer.step()
+    run = open_run(tmp_path)
+    assert run.records() == {"net.first": {"output": [0, 10, 20], "grad": [0, 10, 20]}, "net.shared": {"output": [0, 10, 20]}}
+    for step in (0, 10, 20):
+        output, grad, shared = (run.load(*key, step) for key in (("net.first", "output"), ("net.first", "grad"), ("net.shared", "output")))
+        np.testing.assert_allclose(output[0].numpy(), expected[step][0][output[1].indices].numpy(), rtol=1e-6)
+        np.testing.assert_allclose(shared[0].numpy(), expected[step][1][shared[1].indices].numpy(), rtol=1e-6)
+        np.testing.assert_allclose(grad[0].numpy(), expected[step][2][grad[1].indices].numpy(), rtol=1e-5)

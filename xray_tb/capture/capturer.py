@@ -68,13 +68,8 @@ class Capturer:
         }
         taps = {graph.Tap(layer) for layer, kinds in normalized.items() if kinds["output"] or kinds["grad"]}
         taps |= {source.tap for source in activations.values()}
-        recorder = TapRecorder(
-            model,
-            modules,
-            taps,
-            copy={tap for tap in taps if traced.overwritten_in_place(tap)},
-            grads={graph.Tap(layer) for layer, kinds in normalized.items() if kinds["grad"]},
-        )
+        grads = {graph.Tap(layer) for layer, kinds in normalized.items() if kinds["grad"]}
+        recorder = TapRecorder.for_graph(model, modules, traced, taps, grads)
         return PreparedPlan(normalized, activations, recorder, modules)
 
     def install(self, normalized: dict, activations: dict, recorder: TapRecorder, modules: dict) -> None:

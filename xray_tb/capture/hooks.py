@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from xray_tb.trace.graph import Tap
+from xray_tb.trace.graph import Graph, Tap
 
 
 @dataclasses.dataclass
@@ -92,12 +92,23 @@ class TapRecorder:
     thread (:attr:`owner`: the thread that last called :meth:`claim`, at first the thread of the
     first forward with grad enabled) count: forwards under
     ``torch.no_grad()`` (validation) and forwards on other threads (an eval or serving thread) neither
-    replace what was kept nor disturb the count of module calls. Outputs in ``copy`` are copied,
+    replace what was kept nor disturb the count of module calls. Calls are counted from the root
+    module's forward; a forward that never runs the root (a wrapper's ``training_step`` calling
+    ``self.net(x)``) counts each module's calls modulo ``calls_per_forward`` (how many times the traced
+    forward called it), so every such forward keeps its own outputs. Outputs in ``copy`` are copied,
     because a later op overwrites them in place; gradients of outputs in ``grads`` are caught with a
     tensor hook, which sees the gradient of the output as it was before any in-place op.
     """
 
-    def __init__(self, model: nn.Module, modules: dict[str, nn.Module], taps: set[Tap], copy: set[Tap], grads: set[Tap]):
+    def __init__(
+        self,
+        model: nn.Module,
+        modules: dict[str, nn.Module],
+        taps: set[Tap],
+        copy: set[Tap],
+        grads: set[Tap],
+        calls_per_forward: Optional[dict[str, int]] = None,
+    ):
         self.latest: dict[Tap, TapValue] = {}
         self._model = model
         wanted: dict[str, dict[int, Tap]] = {}
@@ -105,7 +116,10 @@ class TapRecorder:
             wanted.setdefault(tap.module, {})[tap.call] = tap
         # Built once, small (one hook object for all modules: thousands of closures added up to a
         # good share of what Xray holds between captures); arming for a due step only registers it.
-        self._targets: dict[int, tuple[str, dict[int, Tap]]] = {id(modules[name]): (name, wanted[name]) for name in sorted(wanted)}
+        per_forward = calls_per_forward or {}
+        self._targets: dict[int, tuple[str, dict[int, Tap], int]] = {
+            id(modules[name]): (name, wanted[name], max(per_forward.get(name, 0), max(wanted[name]) + 1)) for name in sorted(wanted)
+        }
         self._modules = [modules[name] for name in sorted(wanted)]
         self._hook = Hook(self._on_output)
         self._start_hook = Hook(self._start_forward)
@@ -115,7 +129,14 @@ class TapRecorder:
         self.errors: dict[Tap, str] = {}
         self.owner: Optional[int] = None
         self._handles: list[RemovableHandle] = []
-        self._tensor_handles: list[RemovableHandle] = []
+        self._tensor_handles: dict[Tap, list[RemovableHandle]] = {}
+
+    @classmethod
+    def for_graph(cls, model: nn.Module, modules: dict[str, nn.Module], graph: Graph, taps: set[Tap], grads: set[Tap] = frozenset()) -> TapRecorder:
+        """A recorder of ``taps`` in a traced model: outputs the trace saw written in place are copied,
+        and calls are counted per forward as the trace saw them."""
+        copy = {tap for tap in taps if graph.overwritten_in_place(tap)}
+        return cls(model, modules, taps, copy, set(grads), graph.calls_per_forward())
 
     def claim(self) -> None:
         """Make the calling thread the training thread, whose forwards are recorded; called once a step,
@@ -158,8 +179,9 @@ class TapRecorder:
             self._drop_tensor_hooks()
 
     def _drop_tensor_hooks(self) -> None:
-        for handle in self._tensor_handles:
-            handle.remove()
+        for handles in self._tensor_handles.values():
+            for handle in handles:
+                handle.remove()
         self._tensor_handles.clear()
 
     def _on_output(self, module, args, output) -> None:
@@ -168,10 +190,10 @@ class TapRecorder:
             self.owner = thread  # the first training forward, also one that never runs the root module
         if thread != self.owner:
             return
-        name, taps = self._targets[id(module)]
-        call = self._calls.get(name, 0)
-        self._calls[name] = call + 1
-        tap = taps.get(call)
+        name, taps, per_forward = self._targets[id(module)]
+        count = self._calls.get(name, 0)
+        self._calls[name] = count + 1
+        tap = taps.get(count % per_forward)
         if tap is not None and torch.is_grad_enabled():
             try:
                 self._keep(tap, tensors_with_paths(output))
@@ -182,6 +204,8 @@ class TapRecorder:
     def _keep(self, tap: Tap, outputs: list[tuple[str, torch.Tensor]]) -> None:
         if not outputs:
             return
+        for handle in self._tensor_handles.pop(tap, ()):  # a previous forward's, when the root never ran
+            handle.remove()
         copy = tap in self._copy
         value = TapValue({path: tensor.detach().clone() if copy else tensor.detach() for path, tensor in outputs})
         if not copy:
@@ -190,8 +214,7 @@ class TapRecorder:
         if tap in self._grads:
             wanted = [(path, tensor) for path, tensor in outputs if tensor.requires_grad]
             value.expected_grads = tuple(path for path, _ in wanted)
-            for path, tensor in wanted:
-                self._tensor_handles.append(tensor.register_hook(_grad_keeper(value.grads, path)))
+            self._tensor_handles[tap] = [tensor.register_hook(_grad_keeper(value.grads, path)) for path, tensor in wanted]
 
     def clear(self) -> None:
         """Forget the kept tensors (and their pending gradient hooks)."""

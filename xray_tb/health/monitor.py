@@ -81,7 +81,7 @@ class HealthMonitor:
         self._vectors: list[tuple[int, float, dict[str, tuple[list[str], list[Optional[torch.Tensor]]]]]] = []
         self._rebuild_buffers()
         taps = set(scope.output_taps.values()) | {layer.source.tap for layer in scope.activations}
-        self._recorder = TapRecorder(model, scope.modules, taps, copy={t for t in taps if graph.overwritten_in_place(t)}, grads=set())
+        self._recorder = TapRecorder.for_graph(model, scope.modules, graph, taps)
         self._optimizer_handle = None
         self.arm_for(first_step)
 

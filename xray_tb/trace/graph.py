@@ -81,6 +81,14 @@ class Graph:
             current = single if single and single["kind"] == "module" and single.get("type") in PASS_THROUGH_MODULES else None
         return None
 
+    def calls_per_forward(self) -> dict[str, int]:
+        """How many times the traced forward called each module (the root excluded)."""
+        counts: dict[str, int] = {}
+        for module, call in self._calls:
+            if module:
+                counts[module] = max(counts.get(module, 0), call + 1)
+        return counts
+
     def overwritten_in_place(self, tap: Tap) -> bool:
         """Whether something after ``tap`` modifies its output in place, so a capture must copy it:
         an in-place op or module that consumes it directly, or any write the trace saw through its
