@@ -115,8 +115,7 @@ class Xray:
         ranks: str = "zero",
         collective_timeout: float = distributed.DEFAULT_TIMEOUT_SECONDS,
     ):
-        model = distributed.unwrap(model)  # DDP's module: tracing and probes run no DDP collective
-        arguments.model(model)
+        model = arguments.model(model)  # DDP's and torch.compile's inner module
         logdir, writer = arguments.destination(logdir, writer)
         arguments.optimizer(optimizer)
         arguments.flag(layer_scalars, "layer_scalars")

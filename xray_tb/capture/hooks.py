@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 from typing import Any, Callable, Optional
 
@@ -59,12 +60,26 @@ class Hook:
 
     def __init__(self, function: Callable):
         self._function = function
+        run_eagerly_under_compile()
 
     def __call__(self, *args):
         return self._function(*args)
 
     def __reduce__(self):
         return (_InertHook, ())
+
+
+def run_eagerly_under_compile() -> None:
+    """Once ``torch.compile`` is in use (``torch._dynamo`` imported), have it run every :class:`Hook` as
+    plain Python, a graph break, instead of tracing into it: the hooks keep the eager tensors they see
+    and read the thread they run on. Cheap to call again (one lookup); never imports ``torch._dynamo``."""
+    if Hook.__call__ is _EAGER_CALL and "torch._dynamo" in sys.modules:
+        import torch._dynamo
+
+        Hook.__call__ = torch._dynamo.disable(_EAGER_CALL)
+
+
+_EAGER_CALL = Hook.__call__
 
 
 def _version(tensor: torch.Tensor) -> Optional[int]:
@@ -156,6 +171,7 @@ class TapRecorder:
         """Register the hooks (no-op when armed or when there is nothing to tap)."""
         if self.armed or not self._modules:
             return
+        run_eagerly_under_compile()  # the model may have been compiled after Xray was made
         self._handles.append(self._model.register_forward_pre_hook(self._start_hook))
         for module in self._modules:
             self._handles.append(module.register_forward_hook(self._hook))

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import operator
 import os
+import sys
 from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 import torch
 from torch import nn
 
-from xray_tb import sharding
+from xray_tb import distributed, sharding
 from xray_tb.capture.selectors import Selector
 from xray_tb.trace.tracer import trace
 
@@ -110,9 +111,16 @@ def selector(value: Any) -> Optional[Selector]:
 
 
 def model(value: Any) -> nn.Module:
-    """The model: an ``nn.Module`` whose parameters and buffers hold values (not on the meta device)."""
+    """The module Xray looks into: ``value``, an ``nn.Module`` whose parameters and buffers hold values
+    (not on the meta device), with its wrappers taken off: a ``torch.compile``d module's original module
+    and a ``DistributedDataParallel``'s module (in either order), so layer names are the model's own.
+    Tracing and probes then run eagerly and without DDP's collectives; the training loop's compiled
+    or DDP forward still runs the hooked modules."""
     if not isinstance(value, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(value).__name__}")
+    inner = _uncompiled(distributed.unwrap(value))
+    while inner is not value:
+        value, inner = inner, _uncompiled(distributed.unwrap(inner))
     meta = next((name for name, t in (*value.named_parameters(), *value.named_buffers()) if t.is_meta), None)
     if meta is not None:
         raise ValueError(
@@ -120,6 +128,14 @@ def model(value: Any) -> nn.Module:
             "(e.g. model.to_empty(device='cpu') and load its weights) and then attach Xray"
         )
     return value
+
+
+def _uncompiled(value: nn.Module) -> nn.Module:
+    """The original module of a ``torch.compile``d one (found without importing torch._dynamo: a
+    compiled module exists only once it is imported), else ``value``."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    compiled = getattr(eval_frame, "OptimizedModule", None)
+    return value._orig_mod if compiled is not None and isinstance(value, compiled) else value
 
 
 def storage_dtype(dtype: Union[str, torch.dtype]) -> type:
