@@ -105,10 +105,10 @@ def test_the_follower_hooks_are_removed_at_close(tmp_path):
     model = three_layers()
     global_hooks = dict(_global_optimizer_pre_hooks)
     xray = Xray(model, input_size=(16,), logdir=str(tmp_path))
-    assert model.third.weight._post_accumulate_grad_hooks
+    assert model.first.weight._post_accumulate_grad_hooks  # the marker: the first layer the forward calls
     xray.close()
     assert dict(_global_optimizer_pre_hooks) == global_hooks
-    assert not model.third.weight._post_accumulate_grad_hooks
+    assert not model.first.weight._post_accumulate_grad_hooks
 
 
 def test_a_gradient_infinite_at_one_iteration_only_is_named_at_that_iteration(tmp_path):

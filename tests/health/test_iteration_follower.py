@@ -1,0 +1,143 @@
+"""Iterations between take_graphs() calls, followed from the optimizer that steps the model's first
+layer: exact under training loops users write (a head used on some steps, a module never called, a GAN
+with two optimizers, clipping after take_graphs(), a hand-written update, accumulation)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from xray_tb import Xray, open_run
+from xray_tb.health import HealthOptions, NonFinite
+
+
+class Trunk(nn.Module):
+    """Two layers and an auxiliary head used on even steps only, plus a layer the forward never calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(8, 16), nn.Linear(16, 4)
+        self.aux = nn.Linear(16, 4)
+        self.spare = nn.Linear(4, 4)
+        self.use_aux = True
+
+    def forward(self, x):
+        hidden = torch.relu(self.fc1(x))
+        out = self.fc2(hidden)
+        return out + self.aux(hidden) if self.use_aux else out
+
+
+def nan_gradient(module: nn.Module, at: dict):
+    module.weight.register_hook(lambda grad: grad * math.nan if at["step"] == 37 else grad)
+
+
+def test_a_head_used_on_some_steps_and_a_module_never_called_leave_every_iteration_followed(tmp_path):
+    torch.manual_seed(0)
+    model = Trunk()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # the weights stay finite: the gradient alone goes NaN
+    at = {"step": None}
+    nan_gradient(model.fc2, at)
+    norms = {}
+    with Xray(model, torch.randn(4, 8), logdir=str(tmp_path), health=HealthOptions(every=1)) as xray:
+        for step in range(50):
+            at["step"], model.use_aux = step, step % 2 == 0
+            optimizer.zero_grad()
+            F.cross_entropy(model(torch.randn(4, 8)), torch.randint(0, 4, (4,))).backward()
+            norms[step] = model.fc1.weight.grad.norm().item()
+            if step % 10 == 0:
+                xray.take_graphs(step)
+            optimizer.step()
+        assert xray.first_nonfinite == NonFinite(step=37, layer="fc2", kind="weight_grad")
+    layers, steps, values = open_run(tmp_path).health("grad_l2")
+    assert steps.tolist() == list(range(50))  # every iteration, each under its own step
+    np.testing.assert_allclose(values[layers.index("fc1"), :37], [norms[s] for s in range(37)], rtol=1e-5)
+
+
+def test_a_gan_is_followed_through_the_optimizer_of_the_network_the_forward_runs_first(tmp_path):
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"G": nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 6)),
+                           "D": nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 1))})
+    model.forward = lambda z: model["D"](model["G"](z))  # what Xray traces: D(G(z))
+    generator, discriminator = model["G"], model["D"]
+    opt_g = torch.optim.SGD(generator.parameters(), lr=0.01)
+    opt_d = torch.optim.SGD(discriminator.parameters(), lr=0.01)
+    at = {"step": None}
+    nan_gradient(generator[0], at)
+    g_norms = {}
+    with Xray(model, torch.randn(4, 4), logdir=str(tmp_path), health=HealthOptions(every=1)) as xray:
+        for step in range(45):
+            at["step"] = step
+            real, z = torch.randn(8, 6), torch.randn(8, 4)
+            opt_d.zero_grad()
+            d_loss = F.softplus(-discriminator(real)).mean() + F.softplus(discriminator(generator(z).detach())).mean()
+            d_loss.backward()
+            opt_d.step()  # stepped first: not the optimizer that counts
+            opt_g.zero_grad()
+            F.softplus(-discriminator(generator(z))).mean().backward()
+            g_norms[step] = generator[0].weight.grad.norm().item()
+            if step % 10 == 0:
+                xray.take_graphs(step)
+            opt_g.step()
+        assert xray.first_nonfinite == NonFinite(step=37, layer="G.0", kind="weight_grad")
+    layers, steps, values = open_run(tmp_path).health("grad_l2")
+    row = dict(zip(steps.tolist(), values[layers.index("G.0")]))
+    np.testing.assert_allclose([row[s] for s in range(37)], [g_norms[s] for s in range(37)], rtol=1e-5)  # this step's, not the last
+
+
+def test_clipping_between_take_graphs_and_the_step_gives_one_consistent_series(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    clipped = {}
+    with Xray(model, torch.randn(8, 8), logdir=str(tmp_path), health=HealthOptions(every=1)) as xray:
+        for step in range(41):
+            optimizer.zero_grad()
+            F.cross_entropy(model(torch.randn(8, 8)), torch.randint(0, 4, (8,))).backward()
+            if step % 10 == 0:
+                xray.take_graphs(step)
+            nn.utils.clip_grad_norm_(model.parameters(), 0.001)
+            clipped[step] = model[2].weight.grad.norm().item()
+            optimizer.step()
+        assert not [f for f in xray.findings() if f.rule == "exploding_gradient"]
+    layers, steps, values = open_run(tmp_path).health("grad_l2")
+    assert steps.tolist() == list(range(41))
+    # Captures included; step 0 comes before the first optimizer step, so its call counts it (unclipped).
+    np.testing.assert_allclose(values[layers.index("2"), 1:], [clipped[s] for s in range(1, 41)], rtol=1e-5)
+
+
+def test_a_hand_written_update_warns_that_only_take_graphs_calls_are_checked(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    with Xray(model, torch.randn(8, 8), logdir=str(tmp_path)) as xray:
+        with pytest.warns(UserWarning, match=r"10 backward passes ran since the last take_graphs\(\) call and no torch.optim optimizer"):
+            for step in range(31):
+                model.zero_grad()
+                F.cross_entropy(model(torch.randn(8, 8)), torch.randint(0, 4, (8,))).backward()
+                with torch.no_grad():
+                    for param in model.parameters():
+                        param -= 0.01 * param.grad
+                if step % 10 == 0:
+                    xray.take_graphs(step)
+
+
+def test_gradient_accumulation_with_a_call_per_backward_counts_every_call(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    norms = {}
+    with Xray(model, torch.randn(8, 8), logdir=str(tmp_path), health=HealthOptions(every=1)) as xray:
+        for step in range(24):
+            F.cross_entropy(model(torch.randn(8, 8)), torch.randint(0, 4, (8,))).backward()
+            norms[step] = model[0].weight.grad.norm().item()  # accumulated so far
+            xray.take_graphs(step)
+            if step % 4 == 3:
+                optimizer.step()
+                optimizer.zero_grad()
+    layers, steps, values = open_run(tmp_path).health("grad_l2")
+    assert steps.tolist() == list(range(24))
+    np.testing.assert_allclose(values[layers.index("0"), 8:], [norms[s] for s in range(8, 24)], rtol=1e-5)
