@@ -25,6 +25,7 @@ from tensorboard import errors
 from tensorboard.plugins import base_plugin
 
 from tb_plugin import bias_routes, frame_routes, health_routes, metadata, params, responses, routes_common, series, versioned_cache
+from tb_plugin.close_matches import close_matches
 
 
 _DOCUMENTS = 512  # meta documents kept (runs × tags); the least recently used go first
@@ -61,6 +62,7 @@ class XrayPlugin(base_plugin.TBPlugin):
             **bias_routes.apps(self._series),  # /bias/evaluations, /bias/result, /bias/series, /bias/examples
             "/static/*": self.static_route,
             "/static": self.static_route,  # an empty or cut-off file name: a JSON 404 too
+            "/*": self.unknown_route,  # checked after every other route: a JSON 404 naming close routes
         }
 
     def is_active(self) -> bool:
@@ -94,6 +96,14 @@ class XrayPlugin(base_plugin.TBPlugin):
     def static_route(self, request):
         relative = request.path.split("/static/", 1)[-1]
         return responses.static_file(request, self._static, relative)
+
+    @responses.json_route
+    def unknown_route(self, request):
+        route = "/" + request.path.split(f"/{metadata.PLUGIN_NAME}/", 1)[-1]
+        known = sorted(path for path in self.get_plugin_apps() if "*" not in path)
+        close = close_matches(route, known, n=3)
+        hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
+        raise errors.NotFoundError(f"the xray plugin has no route {route[:80]!r}; {hint}routes: {', '.join(known)}")
 
     # Implementations ----------------------------------------------------------------------------
 

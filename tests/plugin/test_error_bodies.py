@@ -41,6 +41,15 @@ def test_an_empty_static_name_is_a_json_404(client):
         assert response.status_code == 404 and json.loads(response.get_data())["code"] == 404
 
 
+def test_an_unknown_route_is_a_json_404_naming_close_routes(client):
+    response = client.get(PREFIX + "/framez?run=a")
+    body = json.loads(response.get_data())
+    assert response.status_code == 404 and body["code"] == 404
+    assert body["error"].startswith("Not found: the xray plugin has no route '/framez'; did you mean '/frame',")
+    assert "/health" in body["error"] and "/*" not in body["error"]
+    assert client.get(PREFIX + "/runs").status_code == 200  # the exact routes still come first
+
+
 class Failing:
     """Routes through :func:`responses.json_route` that fail with a server path in the exception."""
 
