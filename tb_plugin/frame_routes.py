@@ -140,7 +140,8 @@ class FrameRoutes:
             max_frames=max_frames,
         )
         name = f"{run_safe(args.get('run'))}_{run_safe(args.get('layer'))}_{args.get('kind')}.gif"
-        return wrappers.Response(body, content_type="image/gif", headers={"Content-Disposition": f'attachment; filename="{name}"'})
+        return wrappers.Response(body, content_type="image/gif", headers={"Content-Disposition": f'attachment; filename="{name}"',
+                                                                             "X-Content-Type-Options": "nosniff"})
 
     def gif_impl(self, ctx, experiment_id: str, *, run: str, layer: str, kind: str, fps: int, max_frames: int) -> bytes:
         """GIF bytes of ``kind`` of ``layer`` over at most ``max_frames`` steps, evenly spread."""

@@ -15,7 +15,6 @@ from tensorboard import errors
 
 from tb_plugin import health_binning, health_metadata, params, responses, routes_common
 from tb_plugin.health_data import HealthData, no_health
-from tb_plugin.close_matches import close_matches
 
 
 def apps(data: HealthData) -> dict:
@@ -24,9 +23,7 @@ def apps(data: HealthData) -> dict:
 
 
 def _unknown_layer(run: str, layer: str, layers: list[str], where: str) -> errors.NotFoundError:
-    close = close_matches(layer, layers)
-    hint = f"; close matches: {', '.join(map(repr, close))}" if close else f"; layers: {', '.join(map(repr, layers[:20]))}"
-    return errors.NotFoundError(f"run {run!r} has no layer {layer[:80]!r} in {where}{hint if layers else ''}")
+    return routes_common.unknown_layer(run, layer, layers, f" in {where}")
 
 
 class LayerRoutes:

@@ -9,7 +9,7 @@ from tensorboard import errors
 
 from tb_plugin import health_metadata
 
-_INTEGER = re.compile(r"-?[0-9]{1,19}")
+_INTEGER = re.compile(r"-?[0-9]{1,40}")  # longer ones are answered as out of range below
 _INT64 = range(-(2**63), 2**63)  # TensorBoard's steps are int64
 
 

@@ -96,7 +96,7 @@ class RunIndex:
         if found is None:
             recorded = index.layers()
             if layer not in recorded:
-                raise errors.NotFoundError(f"run {run!r} has no layer {layer!r}; recorded layers: {routes_common.listing(recorded)}")
+                raise routes_common.unknown_layer(run, layer, recorded)
             raise errors.NotFoundError(f"layer {layer!r} of run {run!r} has no {kind!r} frames")
         return found
 

@@ -7,6 +7,7 @@ import gzip
 import io
 import json
 import sys
+import urllib.request
 
 import numpy as np
 import pytest
@@ -141,6 +142,8 @@ def test_gif_has_one_frame_per_recorded_step(url):
     assert image.n_frames == len(STEPS)
     status, body, _ = http_client.request(url, "/gif", run="f32", layer="0", kind="weight", max_frames="3")
     assert Image.open(io.BytesIO(body)).n_frames == 3
+    with urllib.request.urlopen(f"{url}{http_client.PREFIX}/gif?run=f32&layer=0&kind=weight", timeout=30) as response:
+        assert response.headers["X-Content-Type-Options"] == "nosniff"  # as every other route (TensorBoard's check)
 
 
 def python_loader(logdir):
