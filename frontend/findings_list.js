@@ -2,7 +2,7 @@
 // values, exploding gradients) first and highlighted, then the others by step. Collapsible; a run
 // without findings says so in one line. A click on a finding opens its layer at its step.
 // Hooks: .xray-findings, [data-finding][data-rule][data-layer][data-step][data-run],
-// .xray-findings-none[data-run].
+// .xray-findings-none[data-run][data-health] (off: recorded with health=False).
 
 import { el } from './dom.js';
 import { fetchFindings } from './health_api.js';
@@ -57,7 +57,7 @@ export class FindingsList {
     )));
     if (seq !== this.seq) return;
     const all = [];
-    results.forEach((found, i) => { if (found) for (const f of found) all.push({ ...f, run: runs[i] }); });
+    results.forEach((found, i) => { if (found) for (const f of found.findings) all.push({ ...f, run: runs[i] }); });
     this.findings = sortFindings(all, runs);
     const signature = JSON.stringify([runs, results.map((r) => r !== null), this.findings]);
     if (signature === this.signature) return;
@@ -66,13 +66,18 @@ export class FindingsList {
     if (this.deps.onChange) this.deps.onChange(this.findings);
   }
 
-  /** @param {string[]} runs @param {(object[]|null)[]} results */
+  /** @param {string[]} runs @param {({findings: object[], health: boolean}|null)[]} results */
   render(runs, results) {
     this.element.hidden = runs.length === 0;
-    this.none.replaceChildren(...runs.filter((_, i) => results[i] && results[i].length === 0).map((run) => {
-      const line = el('div', 'xray-findings-none xray-muted', `${run}: no findings`);
+    this.none.replaceChildren(...runs.flatMap((run, i) => {
+      const found = results[i];
+      if (!found || found.findings.length) return [];
+      // A run recorded with health=False was never checked: not "no findings", which reads as healthy.
+      const text = found.health ? `${run}: no findings` : `${run}: training health was off (recorded with health=False), nothing was checked`;
+      const line = el('div', 'xray-findings-none xray-muted', text);
       line.dataset.run = run;
-      return line;
+      line.dataset.health = found.health ? 'on' : 'off';
+      return [line];
     }));
     const severe = this.findings.filter((f) => SEVERE_RULES.includes(f.rule)).length;
     const count = this.findings.length;

@@ -81,13 +81,13 @@ export async function fetchHealth(run, stat, columns) {
  */
 
 /**
- * The findings of a run (an empty list when it has none or was recorded without health).
+ * The findings of a run, and whether it was recorded with training health (`health=False`: none).
  * @param {string} run
- * @returns {Promise<Finding[]>}
+ * @returns {Promise<{findings: Finding[], health: boolean}>}
  */
 export async function fetchFindings(run) {
   const body = await getJson('findings', { run });
-  return (body.findings || []).map((f) => ({ ...f, value: toNumber(f.value) }));
+  return { findings: (body.findings || []).map((f) => ({ ...f, value: toNumber(f.value) })), health: body.health !== false };
 }
 
 /**
@@ -137,11 +137,11 @@ export async function fetchHealthVector(run, stat, layer, step) {
 /**
  * What `xray.prune(dry_run=True)` would mask, as of the recorder's last write.
  * @param {string} run
- * @returns {Promise<{step: number|null, entries: {layer: string, units: number[], parameters: number, reason: string|null}[]}>}
+ * @returns {Promise<{health: boolean, step: number|null, entries: {layer: string, units: number[], parameters: number, reason: string|null}[]}>}
  */
 export async function fetchPrunePlan(run) {
   const body = await getJson('prune', { run });
-  return { step: body.step ?? null, entries: body.entries || [] };
+  return { health: body.health !== false, step: body.step ?? null, entries: body.entries || [] };
 }
 
 /** @param {string} text */

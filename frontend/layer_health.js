@@ -91,10 +91,10 @@ export class LayerHealth {
     this.runs = runs;
     const chartWidth = Math.max(240, Math.min(420, Math.floor((width - 40) / 3)));
     const none = { stats: {}, epochs: {} };
-    const [healths, plan] = await Promise.all([
-      Promise.all(runs.map((run) => this.cached(`layer\u0000${run}\u0000${layer}`, () => fetchLayerHealth(run, layer, chartWidth)).catch(() => none))),
-      this.cached(`prune\u0000${runs[0]}`, () => fetchPrunePlan(runs[0])).catch(() => null),
-    ]);
+    const plans = await Promise.all(runs.map((run) => this.plan(run)));
+    const healths = await Promise.all(runs.map((run, i) => (plans[i] && !plans[i].health ? none
+      : this.cached(`layer\u0000${run}\u0000${layer}`, () => fetchLayerHealth(run, layer, chartWidth)).catch(() => none))));
+    const plan = plans[0];
     if (seq !== this.seq) return;
     for (const c of [...this.charts, ...(this.vector ? [this.vector] : [])]) c.destroy();
     this.charts = [];
@@ -125,9 +125,19 @@ export class LayerHealth {
     this.showStep(this.step);
   }
 
+  /** The run's prune plan, which also says whether it was recorded with training health (null: unknown). */
+  plan(run) {
+    return this.cached(`prune\u0000${run}`, () => fetchPrunePlan(run)).catch(() => null);
+  }
+
   showPrune(layer, plan, info) {
     this.prune.hidden = !plan;
     if (!plan) return;
+    if (!plan.health) {
+      Object.assign(this.prune.dataset, { layer, prune: 'off', units: '', parameters: '0' });
+      this.prune.textContent = 'Training health was off for this run (recorded with health=False): no statistics, dead units or prune plan.';
+      return;
+    }
     const entry = plan.entries.find((e) => e.layer === layer);
     Object.assign(this.prune.dataset, { layer, prune: entry ? (entry.reason ? 'blocked' : 'mask') : 'none' });
     this.prune.dataset.units = entry ? entry.units.join(',') : '';
@@ -175,6 +185,8 @@ export class LayerHealth {
    * @returns {Promise<number[]|null>}
    */
   async deadUnits(run, layer, step) {
+    const plan = await this.plan(run);
+    if (plan && !plan.health) return null;  // no health: nothing to ask for
     const r = await this.vectorAt(run, baseLayer(layer), 'dead', step).catch(() => null);
     if (!r) return null;
     const units = [];

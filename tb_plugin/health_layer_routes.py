@@ -95,8 +95,8 @@ class LayerRoutes:
         return {"run": run, "layer": layer, "stat": stat, "step": int(before[-1]), "values": vectors[layer].tolist()}
 
     def prune_impl(self, ctx, experiment_id: str, *, run: str) -> dict[str, Any]:
-        tags = self._data.reader.run_tags(ctx, experiment_id, run)
+        tags, recorded = self._data.recorded(ctx, experiment_id, run)
         latest = self._data.latest_blob(ctx, experiment_id, run, health_metadata.PRUNE_TAG, tags)
         if latest is None:
-            return {"run": run, "step": None, "entries": []}
-        return {"run": run, "step": int(latest[0]), "entries": health_metadata.decode_prune(latest[1][0])}
+            return {"run": run, "health": bool(recorded), "step": None, "entries": []}
+        return {"run": run, "health": True, "step": int(latest[0]), "entries": health_metadata.decode_prune(latest[1][0])}

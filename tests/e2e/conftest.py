@@ -54,7 +54,7 @@ def xray_logdir(tmp_path_factory) -> Path:
         record_wide(logdir / WIDE)
         record_small(logdir / SMALL, seed=1)
         record_small(logdir / REWRITE, seed=2)
-        health_runs.record_all(logdir)  # health_dead, health_nan, health_spike (about 3 s)
+        health_runs.record_all(logdir)  # health_off, health_dead, health_nan, health_spike (about 3 s)
         try:
             stdout, stderr = process.communicate(timeout=TRAIN_TIMEOUT_S)
         except subprocess.TimeoutExpired:

@@ -10,6 +10,7 @@ from pathlib import Path
 HEALTH_DEAD = "health_dead"  # layer "hidden": DEAD_UNITS of its HIDDEN units never fire
 HEALTH_NAN = "health_nan"  # first/second/third; NAN_STEP plants a NaN in second.weight
 HEALTH_SPIKE = "health_spike"  # SPIKE_ITERATIONS iterations, every one measured; the loss × 1e4 at SPIKE_STEP
+HEALTH_OFF = "health_off"  # chain() recorded with health=False: nothing was checked
 
 NAN_STEP, NAN_LAST_STEP = 37, 45
 HIDDEN, DEAD_UNITS, DEAD_STEPS = 16, 8, 40
@@ -123,7 +124,25 @@ def record_spike(run_dir: Path) -> None:
                 opt.step()
 
 
+def record_off(run_dir: Path) -> None:
+    """chain() trained 10 iterations with health=False, captured at 0 and 5."""
+    import torch
+    from torch.nn import functional as F
+
+    from xray_tb import Xray
+
+    model = chain()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Xray(model, input_size=(8,), logdir=str(run_dir), every=5, health=False) as xray:
+        for _ in range(10):
+            opt.zero_grad()
+            F.cross_entropy(model(torch.randn(4, 8)), torch.randint(0, 2, (4,))).backward()
+            xray.take_graphs()
+            opt.step()
+
+
 def record_all(logdir: Path) -> None:
+    record_off(logdir / HEALTH_OFF)
     record_nan(logdir / HEALTH_NAN)
     record_dead(logdir / HEALTH_DEAD)
     record_spike(logdir / HEALTH_SPIKE)

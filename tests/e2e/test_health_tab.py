@@ -19,6 +19,7 @@ from tests.e2e.health_runs import (
     DEAD_UNITS,
     HEALTH_DEAD,
     HEALTH_NAN,
+    HEALTH_OFF,
     HEALTH_SPIKE,
     HIDDEN,
     NAN_STEP,
@@ -123,6 +124,21 @@ def test_a_run_without_findings_says_so_in_one_line(tensorboard_url, page):
     line = frame.locator(f'.xray-findings-none[data-run="{SMALL}"]')
     expect(line).to_have_text(f"{SMALL}: no findings")
     expect(frame.locator("[data-finding]")).to_have_count(0)
+
+
+def test_a_run_recorded_with_health_off_says_nothing_was_checked(tensorboard_url, page):
+    """Not "no findings" nor "no dead units to prune", which read as healthy; and no request for the
+    health it does not have (each 404 is a console error)."""
+    frame = open_tab(page, tensorboard_url, f"&p.xray.run={HEALTH_OFF}&p.xray.view=layer&p.xray.layer=second")
+    line = frame.locator(f'.xray-findings-none[data-run="{HEALTH_OFF}"]')
+    expect(line).to_have_attribute("data-health", "off")
+    expect(line).to_contain_text("training health was off (recorded with health=False)")
+    prune = frame.locator('[data-prune][data-layer="second"]')
+    expect(prune).to_have_attribute("data-prune", "off")
+    expect(prune).to_contain_text("Training health was off for this run")
+    expect(frame.locator(".xray-panel").first).to_be_visible()  # the heatmaps ask for dead units: not here
+    page.wait_for_timeout(500)
+    assert [e for e in page.xray_errors if "404" in e or e.startswith("uncaught")] == []
 
 
 def test_health_matrix_rows_are_the_server_values_and_show_the_planted_dead_fraction(tensorboard_url, page):

@@ -106,7 +106,7 @@ def test_dead_vector_equals_dead_units_at_the_latest_step(client):
 def test_prune_equals_the_dry_run(client):
     code, body = get(client, "/prune", run="run")
     expected = [{"layer": e.layer, "units": e.units, "parameters": e.parameters, "reason": e.reason} for e in RESULT["prune"]]
-    assert code == 200 and expected
+    assert code == 200 and expected and body["health"] is True
     assert body["entries"] == expected
     assert body["step"] in (0, 10, 20, 30)  # the iteration of the flush that last changed the plan
     assert open_run(RESULT["logdir"]).health("grad_l2")[2].shape == (3, STEPS)  # the readback keeps its shape

@@ -63,7 +63,7 @@ def test_health_serves_every_step_as_a_layers_by_steps_matrix(logdir):
 def test_findings_route_returns_what_open_run_reads(logdir):
     client = serve(logdir)
     code, body = get(client, "/findings", run="run_a")
-    assert code == 200 and body["run"] == "run_a"
+    assert code == 200 and body["run"] == "run_a" and body["health"] is True
     expected = [f.to_dict() for f in open_run(logdir / "run_a").findings()]
     nonfinite = [f for f in body["findings"] if f["rule"] == "nonfinite"]
     assert nonfinite == [dict(next(e for e in expected if e["rule"] == "nonfinite"), value="NaN")]
@@ -93,7 +93,8 @@ def test_a_run_without_health_says_so(tmp_path):
         model(torch.randn(2, 16)).sum().backward()
         xray.take_graphs()
     client = serve(tmp_path)
-    assert get(client, "/findings", run="run") == (200, {"run": "run", "findings": []})
+    assert get(client, "/findings", run="run") == (200, {"run": "run", "health": False, "findings": []})
+    assert get(client, "/prune", run="run") == (200, {"run": "run", "health": False, "step": None, "entries": []})
     status, body = get(client, "/health", run="run", stat="grad_l2")
     assert status == 404 and "health=False" in body["error"]
 
