@@ -20,7 +20,7 @@ import { RunData } from './run_data.js';
 import { Store } from './state.js';
 import { indexAtOrBefore } from './steps.js';
 import { Timeline } from './timeline.js';
-import { encodeUrlData, parseUrlData, readUrlData, writeUrlData } from './url_state.js';
+import { encodeUrlData, hashUrlData, onHashNavigation, parseUrlData, readUrlData, writeUrlData } from './url_state.js';
 
 /** How often runs are re-read without a host reload. */
 const POLL_MS = 30000;
@@ -70,6 +70,7 @@ export class XrayApp {
     this.healthKey = null;
     this.urlReady = false;
     this.pendingUrl = {};
+    this.askedLayer = null; // a layer the URL named, told about if the run lacks it
     let urlTimer = null;
     this.store.subscribe(() => {
       if (!this.urlReady) return;
@@ -119,6 +120,7 @@ export class XrayApp {
       [RUNS_CHANGED]: () => this.refresh(),
     });
     this.pendingUrl = parseUrlData(await readUrlData(host));
+    onHashNavigation(() => this.followUrl());
     setInterval(() => this.refresh(), POLL_MS);
     document.addEventListener('keydown', (e) => this.onKey(e));
     let resizeTimer = null;
@@ -129,6 +131,15 @@ export class XrayApp {
     await this.refresh();
     this.urlReady = true;
     writeUrlData(encodeUrlData(this.store.state)); // what the user chose while the first load ran
+  }
+
+  /** A link pasted into the address bar of the open tab: show what it names, as a fresh load would. */
+  followUrl() {
+    const data = hashUrlData();
+    if (JSON.stringify(data) === JSON.stringify(encodeUrlData(this.store.state))) return; // our own state
+    this.errors.clear('url');
+    this.pendingUrl = parseUrlData(data);
+    this.refresh();
   }
 
   /** Draws everything from the state and the loaded data. */
@@ -147,7 +158,13 @@ export class XrayApp {
     // A layer of the model that no shown run recorded (health covers every layer, the plan only some)
     // opens too: its health charts, and a hint that it is not recorded; any other falls back.
     const known = layer && (shown.some((r) => this.data.layer(r, layer)) || this.data.hasModelLayer(main, layer.split('[')[0]));
-    if (view === 'layer' && !known) layer = layers.length ? layers[0].name : null;
+    const asked = this.askedLayer;
+    this.askedLayer = null;
+    if (view === 'layer' && !known) {
+      const fallback = layers.length ? layers[0].name : null;
+      if (asked && asked === layer) this.errors.note('url', `The link's layer '${layer}' is not in run '${main}'${fallback ? `; showing '${fallback}'` : ''}.`);
+      layer = fallback;
+    }
     this.store.set({ view, layer });
     this.graph.element.hidden = view !== 'graph';
     this.layerView.element.hidden = view !== 'layer';

@@ -47,6 +47,10 @@ async function refreshOnce() {
   }
   const run = [url.run, s.run].find((r) => r && runs.includes(r)) || runs[0] || null;
   const compare = (url.compare || s.compare).filter((r) => r !== run && runs.includes(r));
+  // A link naming what this logdir lacks says so, instead of silently showing something else.
+  const missing = [url.run, ...(url.compare || [])].filter((r) => r && !runs.includes(r));
+  if (missing.length) this.errors.note('url', `The link's run${missing.length > 1 ? 's' : ''} ${missing.map((r) => `'${r}'`).join(', ')} ${missing.length > 1 ? 'are' : 'is'} not in this logdir${run ? `; showing '${run}'` : ''}.`);
+  if (url.layer) this.askedLayer = url.layer;
   this.store.set({ runs, run, compare, ...pick(url, ['view', 'layer', 'kind', 'scale', 'bias', 'stat']) });
   if (run === null) {
     this.runPicker.setRuns([], null);

@@ -27,6 +27,12 @@ export class ErrorBanner {
     this.update();
   }
 
+  /** A notice, not an error (nothing failed; not logged as one): one line until cleared or dismissed. @param {string} source @param {string} message */
+  note(source, message) {
+    this.messages.set(source, message);
+    this.update();
+  }
+
   /** @param {string} source */
   clear(source) {
     if (this.messages.delete(source)) this.update();

@@ -57,8 +57,7 @@ export function encodeUrlData(state) {
  * @returns {Promise<Record<string, string>>}
  */
 export async function readUrlData(host) {
-  const fromHash = {};
-  for (const [key, value] of hashEntries(hostHash())) if (key.startsWith(PREFIX)) fromHash[key.slice(PREFIX.length)] = value;
+  const fromHash = hashUrlData();
   let fromHost = {};
   if (host) {
     try {
@@ -71,6 +70,30 @@ export async function readUrlData(host) {
   // TensorBoard answers from the hash it parsed when its page loaded, which can be empty when the
   // page was opened on another tab's URL first; the hash as it is now fills the gaps.
   return { ...fromHash, ...fromHost };
+}
+
+/**
+ * The plugin data in the host page's hash as it is now.
+ * @returns {Record<string, string>}
+ */
+export function hashUrlData() {
+  const out = {};
+  for (const [key, value] of hashEntries(hostHash())) if (key.startsWith(PREFIX)) out[key.slice(PREFIX.length)] = value;
+  return out;
+}
+
+/**
+ * Calls `listener` when the host page's hash changes by navigation (a link pasted into the address
+ * bar, back and forward); the state's own writes (history.replaceState) fire no such event.
+ * @param {() => void} listener
+ */
+export function onHashNavigation(listener) {
+  try {
+    const win = window.parent && window.parent !== window ? window.parent : window;
+    win.addEventListener('hashchange', listener);
+  } catch (_) {
+    /* a parent of another origin: its URL is not ours to follow */
+  }
 }
 
 /**

@@ -305,6 +305,21 @@ def test_5_url_restores_the_view(url, page, chromium_browser):
         context.close()
 
 
+def test_5_a_link_pasted_into_the_open_tab_is_followed_and_one_naming_what_is_missing_says_so(url, page):
+    frame = open_tab(page, url, f"&p.xray.run={MAIN}")
+    expect(frame.locator('[data-view="graph"]')).to_be_visible()
+    page.evaluate(f"() => {{ location.hash = '#xray&p.xray.run={OTHER}&p.xray.view=layer&p.xray.layer=stem&p.xray.step=15'; }}")
+    expect(frame.locator("#xray-layer-title")).to_have_text("stem")
+    expect(frame.locator("#xray-step-label")).to_have_text("step 15")
+    expect(frame.locator("#xray-run")).to_have_value(OTHER)
+    page.evaluate(f"() => {{ location.hash = '#xray&p.xray.run=gone&p.xray.view=layer&p.xray.layer=stem'; }}")
+    expect(frame.locator("#xray-error")).to_contain_text(f"The link's run 'gone' is not in this logdir; showing '{OTHER}'.")
+    page.evaluate(f"() => {{ location.hash = '#xray&p.xray.run={MAIN}&p.xray.view=layer&p.xray.layer=renamed'; }}")
+    expect(frame.locator("#xray-error")).to_contain_text(f"The link's layer 'renamed' is not in run '{MAIN}'; showing")
+    expect(frame.locator("#xray-run")).to_have_value(MAIN)
+    assert [e for e in page.xray_errors if e.startswith("uncaught")] == []
+
+
 def test_6_export_png_and_gif(url, page):
     frame = open_tab(page, url, f"&p.xray.run={MAIN}&p.xray.view=layer&p.xray.layer=stem")
     settled(frame)
