@@ -91,10 +91,14 @@ export class LayerHealth {
     this.runs = runs;
     const chartWidth = Math.max(240, Math.min(420, Math.floor((width - 40) / 3)));
     const none = { stats: {}, epochs: {} };
-    const plans = await Promise.all(runs.map((run) => this.plan(run)));
-    const healths = await Promise.all(runs.map((run, i) => (plans[i] && !plans[i].health ? none
-      : this.cached(`layer\u0000${run}\u0000${layer}`, () => fetchLayerHealth(run, layer, chartWidth)).catch(() => none))));
-    const plan = plans[0];
+    // Cached at once (the heatmaps' dead units look here first); a run recorded without health is not asked.
+    const [healths, plan] = await Promise.all([
+      Promise.all(runs.map((run) => this.cached(`layer\u0000${run}\u0000${layer}`, async () => {
+        const runPlan = await this.plan(run);
+        return runPlan && !runPlan.health ? none : fetchLayerHealth(run, layer, chartWidth);
+      }).catch(() => none))),
+      this.plan(runs[0]),
+    ]);
     if (seq !== this.seq) return;
     for (const c of [...this.charts, ...(this.vector ? [this.vector] : [])]) c.destroy();
     this.charts = [];
@@ -187,6 +191,9 @@ export class LayerHealth {
   async deadUnits(run, layer, step) {
     const plan = await this.plan(run);
     if (plan && !plan.health) return null;  // no health: nothing to ask for
+    const charts = this.cache.get(`layer\u0000${run}\u0000${baseLayer(layer)}`);
+    const health = charts ? await charts.catch(() => null) : null;
+    if (health && !health.stats.dead_fraction) return null;  // no activation follows the layer: no dead units
     const r = await this.vectorAt(run, baseLayer(layer), 'dead', step).catch(() => null);
     if (!r) return null;
     const units = [];

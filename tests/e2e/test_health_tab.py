@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.runs import SMALL
+from tests.e2e.runs import SMALL, WIDE
 from tests.e2e.health_runs import (
     DEAD_UNITS,
     HEALTH_DEAD,
@@ -139,6 +139,15 @@ def test_a_run_recorded_with_health_off_says_nothing_was_checked(tensorboard_url
     expect(frame.locator(".xray-panel").first).to_be_visible()  # the heatmaps ask for dead units: not here
     page.wait_for_timeout(500)
     assert [e for e in page.xray_errors if "404" in e or e.startswith("uncaught")] == []
+
+
+def test_a_layer_without_an_activation_asks_for_no_dead_units(tensorboard_url, page):
+    """The last layer (an output, nothing after it) has no dead-unit vector: the tab does not ask (a 404
+    would be a console error in ordinary use)."""
+    frame = open_tab(page, tensorboard_url, f"&p.xray.run={WIDE}&p.xray.view=layer&p.xray.layer=0")
+    expect(frame.locator(".xray-panel").first).to_be_visible()
+    page.wait_for_timeout(800)
+    assert [e for e in page.xray_errors if "404" in e] == []
 
 
 def test_health_matrix_rows_are_the_server_values_and_show_the_planted_dead_fraction(tensorboard_url, page):
