@@ -181,7 +181,7 @@ export class XrayApp {
       await this.biasView.update({ ...s, step: undefined });
       steps = this.biasView.steps();
     } else if (view === 'layer' && layer !== null) {
-      this.layerView.show(layer, shown.map((run) => ({ run, info: this.data.layer(run, layer) })), { scale: s.scale, kind: s.kind });
+      this.layerView.show(layer, shown.map((run) => ({ run, info: this.data.layer(run, layer), lacks: this.data.lacksLayer(run, layer) })), { scale: s.scale, kind: s.kind });
       steps = this.layerView.steps();
       if (!steps.length) steps = this.data.steps(main); // a layer not recorded: the run's steps, for its health charts
     } else {

@@ -58,6 +58,8 @@ export class LayerHealth {
     this.signature = null;
     this.tokens = [];
     this.step = null;
+    this.lacking = new Set();
+    this.withVector = new Set();
     this.seq = 0;
     this.timer = null;
   }
@@ -66,7 +68,7 @@ export class LayerHealth {
    * Shows the health of a layer for the shown runs; refetches when the layer, the runs or the data
    * (a reload gives new `info` objects) changed.
    * @param {string} layer
-   * @param {{run: string, info: any}[]} shown
+   * @param {{run: string, info: any, lacks?: boolean}[]} shown  `lacks`: the run's model has no such layer (not asked)
    * @param {number} width  Width of the section, CSS pixels.
    */
   show(layer, shown, width) {
@@ -77,6 +79,7 @@ export class LayerHealth {
     if (tokens.some((t, i) => t !== this.tokens[i])) this.cache.clear();
     this.signature = signature;
     this.tokens = tokens;
+    this.lacking = new Set(shown.filter((s) => s.lacks).map((s) => s.run));
     this.load(baseLayer(layer), runs, shown[0] && shown[0].info, width);
   }
 
@@ -95,7 +98,7 @@ export class LayerHealth {
     const [healths, plan] = await Promise.all([
       Promise.all(runs.map((run) => this.cached(`layer\u0000${run}\u0000${layer}`, async () => {
         const runPlan = await this.plan(run);
-        return runPlan && !runPlan.health ? none : fetchLayerHealth(run, layer, chartWidth);
+        return (runPlan && !runPlan.health) || this.lacking.has(run) ? none : fetchLayerHealth(run, layer, chartWidth);
       }).catch(() => none))),
       this.plan(runs[0]),
     ]);
@@ -120,7 +123,8 @@ export class LayerHealth {
       const kind = STEP_CHARTS.find((c) => c[0] === stat);
       this.charts.push(make(stat, `${kind ? kind[1] : stat}: epoch mean`, 'epoch', kind ? kind[2] : '', series));
     }
-    if (healths.some((h) => h.stats.channel_var)) {
+    this.withVector = new Set(runs.filter((_, i) => healths[i].stats.channel_var));  // runs asked for it at a step
+    if (this.withVector.size) {
       this.vector = make('channel_var', 'channel variance at the step', 'unit', 'log', runs.map(() => ({ x: [], y: [] })));
       this.charts.push(this.vector);
     }
@@ -168,7 +172,8 @@ export class LayerHealth {
     if (!this.vector || step === null) return;
     const vector = this.vector;
     this.timer = setTimeout(async () => {
-      const results = await Promise.all(this.runs.map((run) => this.vectorAt(run, this.layer, 'channel_var', step).catch(() => null)));
+      const results = await Promise.all(this.runs.map((run) => (this.withVector.has(run)
+        ? this.vectorAt(run, this.layer, 'channel_var', step).catch(() => null) : null)));
       if (vector !== this.vector || step !== this.step) return;
       const n = Math.max(0, ...results.map((r) => (r ? r.values.length : 0)));
       const x = Array.from({ length: n }, (_, i) => i);
@@ -190,7 +195,7 @@ export class LayerHealth {
    */
   async deadUnits(run, layer, step) {
     const plan = await this.plan(run);
-    if (plan && !plan.health) return null;  // no health: nothing to ask for
+    if ((plan && !plan.health) || this.lacking.has(run)) return null;  // no health of it: nothing to ask for
     const charts = this.cache.get(`layer\u0000${run}\u0000${baseLayer(layer)}`);
     const health = charts ? await charts.catch(() => null) : null;
     if (health && !health.stats.dead_fraction) return null;  // no activation follows the layer: no dead units

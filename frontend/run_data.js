@@ -85,6 +85,12 @@ export class RunData {
     return known.modules.has(name);
   }
 
+  /** Whether the run's traced model is known and has no layer `name` (so it has no health of it either). */
+  lacksLayer(run, name) {
+    const known = this.archs.get(run);
+    return Boolean(known && known.arch) && !this.layer(run, name) && !this.hasModelLayer(run, name.split('[')[0]);
+  }
+
   /** @returns {import('./api.js').LayerInfo|null} */
   layer(run, name) {
     const response = this.layers.get(run);

@@ -276,6 +276,18 @@ def test_4_runs_side_by_side_follow_one_timeline(url, page):
     expect(legend).to_contain_text("blocks.2")
 
 
+def test_4_a_layer_one_compared_run_lacks_asks_that_run_for_nothing(url, page):
+    """blocks.2 exists only in the wider model: its health charts show, and the run whose model has no
+    such layer is not asked for its health (a 404, a console error)."""
+    missing = []  # the plugin's requests answered 404
+    page.on("response", lambda r: missing.append(r.url.split("/data/plugin/xray/")[-1]) if r.status == 404 else None)
+    frame = open_tab(page, url, f"&p.xray.run={WIDER},{MAIN}&p.xray.view=layer&p.xray.layer=blocks.2.conv1")
+    expect(frame.locator("#xray-layer-title")).to_have_text("blocks.2.conv1")
+    expect(frame.locator('.xray-health-chart, [data-stat]').first).to_be_attached()
+    page.wait_for_timeout(800)
+    assert missing == [] and [e for e in page.xray_errors if "404" in e] == []
+
+
 def test_5_url_restores_the_view(url, page, chromium_browser):
     frame = open_tab(page, url, f"&p.xray.run={MAIN},{OTHER}&p.xray.view=layer&p.xray.layer=stem&p.xray.kind=weight&p.xray.step=20")
     expect(frame.locator("#xray-layer-title")).to_have_text("stem")
