@@ -121,13 +121,13 @@ def model(value: Any) -> nn.Module:
     inner = _uncompiled(distributed.unwrap(value))
     while inner is not value:
         value, inner = inner, _uncompiled(distributed.unwrap(inner))
-    meta = next((name for name, t in (*value.named_parameters(), *value.named_buffers()) if t.is_meta), None)
-    if meta is not None:
-        raise ValueError(
-            f"the model's {meta!r} is on the 'meta' device and holds no values; materialise the model first "
-            "(e.g. model.to_empty(device='cpu') and load its weights) and then attach Xray"
-        )
-    return value
+    if not any(t is not None and t.is_meta for m in value.modules() for t in (*m._parameters.values(), *m._buffers.values())):
+        return value  # one walk of the modules' own tensors (named_parameters() and named_buffers() walk twice, with names)
+    meta = next(name for name, t in (*value.named_parameters(), *value.named_buffers()) if t.is_meta)
+    raise ValueError(
+        f"the model's {meta!r} is on the 'meta' device and holds no values; materialise the model first "
+        "(e.g. model.to_empty(device='cpu') and load its weights) and then attach Xray"
+    )
 
 
 def _uncompiled(value: nn.Module) -> nn.Module:

@@ -7,7 +7,7 @@ import functools
 import gc
 import operator
 import warnings
-from typing import Any, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import torch
 from torch import nn
@@ -41,7 +41,7 @@ def without_cyclic_gc(build):
 
 
 @contextlib.contextmanager
-def preserved(model: nn.Module) -> Iterator[None]:
+def preserved(model: nn.Module, modules: Optional[Iterable[nn.Module]] = None) -> Iterator[None]:
     """Run a forward of ``model`` that leaves no trace on it: on exit (also after an error), restore
 
     - every module's attributes, shallowly: each entry of ``vars(module)`` points again to the object
@@ -58,13 +58,15 @@ def preserved(model: nn.Module) -> Iterator[None]:
     parameters and new class, as their first real forward would leave them; what the forward did
     after the materialisation (running statistics of a ``LazyBatchNorm``) is undone.
 
+    ``modules`` is ``model.modules()`` when the caller has walked the model already.
+
     Cannot be restored: state outside the modules (globals, closures, other objects); what the
     forward changed inside an object it did not replace (an item appended to a list attribute, a
     key set in a dict attribute, an attribute set on a parameter or on any other object); and
     parameter values written in place through a tensor op: parameters are not copied, which would
     double the model's memory, so such a write is reported with a ``RuntimeWarning``.
     """
-    snapshots = [_ModuleSnapshot(module) for module in model.modules()]
+    snapshots = [_ModuleSnapshot(module) for module in (model.modules() if modules is None else modules)]
     lazy_hooks = [snapshot.watch_materialisation() for snapshot in snapshots if snapshot.lazy]
     cpu_rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None

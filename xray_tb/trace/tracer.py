@@ -153,7 +153,8 @@ def trace(model: nn.Module, args: tuple, kwargs: dict | None = None, after_forwa
     ``after_forward`` runs after the forward, before the model's state is restored (FSDP reshards there)."""
     recorder = _Recorder(model)
     try:
-        with preserved(model), _hooks(model, recorder), torch.enable_grad():
+        modules = list(recorder.modules.values())  # one walk of the model for the snapshot and the hooks
+        with preserved(model, modules), _hooks(modules, recorder), torch.enable_grad():
             recorder.add_inputs(_tensors((args, kwargs or {})))
             try:
                 with _RecordingMode(recorder):
@@ -215,8 +216,8 @@ class _Recorder:
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
-        self._modules = dict(model.named_modules())
-        self.names = {id(m): name for name, m in self._modules.items()}
+        self.modules = dict(model.named_modules())
+        self.names = {id(m): name for name, m in self.modules.items()}
         self.busy = False  # True while our own hook code runs: the mode then records nothing
         self.stack: list[tuple[str, str, dict | None]] = []  # (kind, module name, leaf node)
         self.nodes: list[dict] = []
@@ -344,7 +345,7 @@ class _Recorder:
         kind, _, node = self.stack.pop()
         if kind == _LEAF:
             node["out_shapes"] = [_shape(t) for t in outputs]
-            module = self._modules[node["module"]]
+            module = self.modules[node["module"]]
             node["type"] = sharding.type_name(module)  # a lazy module's class changes when it materialises
             node["params"] = self._param_count(module)
             self._finish(node["id"], outputs)
@@ -433,7 +434,7 @@ class _Recorder:
         called = {node["module"] for node in self.nodes if node["kind"] == "module"}
         owners = dict(self._input_ids)
         seen: set[int] = set()  # a parameter shared by modules belongs to the first, as in named_parameters()
-        for path, module in self._modules.items():  # each module's own parameters: named_parameters() order
+        for path, module in self.modules.items():  # each module's own parameters: named_parameters() order
             params = [p for p in module._parameters.values() if p is not None and id(p) not in seen]
             if not params:
                 continue
@@ -466,8 +467,8 @@ class _RecordingMode(TorchFunctionMode):
 
 
 @contextmanager
-def _hooks(model: nn.Module, recorder: _Recorder) -> Iterator[None]:
-    """Forward pre/post hooks on every module of ``model`` feeding ``recorder``; removed on exit.
+def _hooks(modules: list[nn.Module], recorder: _Recorder) -> Iterator[None]:
+    """Forward pre/post hooks on every module (the model's, from ``named_modules()``) feeding ``recorder``; removed on exit.
 
     The pre-hook runs first and the post-hook last, so ops run by the module's other hooks
     count as part of the call (inside a leaf: no nodes).
@@ -493,7 +494,7 @@ def _hooks(model: nn.Module, recorder: _Recorder) -> Iterator[None]:
 
     handles = []
     try:
-        for module in model.modules():
+        for module in modules:
             handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True, prepend=True))
             handles.append(module.register_forward_hook(post_hook, with_kwargs=True))
         yield
