@@ -14,6 +14,9 @@ of a health step.
   (:meth:`Group.gather`; two at the first health step, which agrees on the vector's size): every rank packs its part into one flat float64 vector, and each rank
   combines the gathered rows itself (a maximum for dead units, sums for saturation, Chan's formula for
   channel variances, a maximum of the non-finite flags), so maxima and sums need no second collective.
+* Xray's collectives run in a gloo process group of its own, which ``Xray()`` sets up with every rank
+  (:class:`Group`): they never pair with DDP's or FSDP's, and one that waits past Xray's timeout ends
+  in gloo itself, so the rank that raised can exit.
 * Health steps follow the activation schedule (``HealthOptions(activations=)``, else Xray's ``every=``),
   a function of the step: every rank reaches the same health steps when every rank calls
   ``take_graphs()`` (or steps its optimizer) the same number of times. The gathered vector starts with the
@@ -66,7 +69,16 @@ def timeout_seconds(value: Union[float, int, datetime.timedelta]) -> datetime.ti
 
 
 class Group:
-    """The default process group as Xray uses it: this rank, the world size and the one collective."""
+    """Xray's own process group over every rank: this rank, the world size and the one collective.
+
+    A gloo group of its own (``new_group``, made by every rank in ``Xray()``), with Xray's timeout: its
+    collectives never pair with DDP's or FSDP's on the default group, and one that waits past the timeout
+    fails in gloo itself, so a rank that raised :class:`DistributedMismatch` can exit (an unmatched
+    collective on the default group would keep it alive until that group's own timeout, 30 minutes by
+    default), and its peers' next collective then fails instead of waiting. Values travel through host
+    memory: small vectors at health steps, and under FSDP the rows a capture keeps. The group lives as
+    long as the process (destroying it while a peer may still be reading its last collective could cut
+    that short)."""
 
     def __init__(self, timeout: datetime.timedelta):
         import torch.distributed as dist
@@ -76,8 +88,12 @@ class Group:
         self.timeout = timeout
         self.failed = False  # a collective failed or the ranks disagreed: the ranks are out of step for good
         self._sizes: dict[str, int] = {}  # the length of the values every rank sends, per kind of gather
-        backend = str(dist.get_backend()).lower()
-        self.device = torch.device("cuda", torch.cuda.current_device()) if "nccl" in backend else torch.device("cpu")
+        self.device = torch.device("cpu")
+        try:
+            self._group = dist.new_group(backend="gloo", timeout=timeout)
+        except RuntimeError as error:  # a rank that creates no Xray (or much later): the others give up here
+            self.failed = True
+            raise self._mismatch("construction", 0, error) from error
 
     @classmethod
     def current(cls, timeout: datetime.timedelta) -> Optional["Group"]:
@@ -125,16 +141,19 @@ class Group:
         flat = flat.to(self.device)
         rows = [torch.empty_like(flat) for _ in range(self.size)]
         try:
-            dist.all_gather(rows, flat, async_op=True).wait(timeout=self.timeout)
+            dist.all_gather(rows, flat, group=self._group, async_op=True).wait(timeout=self.timeout)
         except RuntimeError as error:
             self.failed = True
-            hint = _HINTS.get(what, "Every rank must call take_graphs() (or step its optimizer) the same number of times, "
-                                    "on models of the same layers")
-            raise DistributedMismatch(
-                f"rank {self.rank}: Xray's {what} collective at step {step} failed or waited more than "
-                f"{self.timeout.total_seconds():g} s for the other ranks ({error}). {hint}"
-            ) from error
+            raise self._mismatch(what, step, error) from error
         return torch.stack(rows)
+
+    def _mismatch(self, what: str, step: int, error: Exception) -> "DistributedMismatch":
+        hint = _HINTS.get(what, "Every rank must call take_graphs() (or step its optimizer) the same number of times, "
+                                "on models of the same layers")
+        return DistributedMismatch(
+            f"rank {self.rank}: Xray's {what} collective at step {step} failed or waited more than "
+            f"{self.timeout.total_seconds():g} s for the other ranks ({error}). {hint}"
+        )
 
 
 def combine_activations(group: Group, step: int, families: list, values: list, checks: dict[str, list],
@@ -197,8 +216,8 @@ class NullSink:
 
 _HINTS = {
     "close": "Every rank must call xray.close()",
-    "construction": "Every rank must create its Xray at the same point: under FSDP, tracing the model runs FSDP's "
-                    "all-gathers on every rank",
+    "construction": "Every rank must create its Xray at the same point: Xray() sets up Xray's own process group with "
+                    "every rank (and under FSDP, tracing the model runs FSDP's all-gathers on every rank)",
 }
 
 

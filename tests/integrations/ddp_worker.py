@@ -65,9 +65,24 @@ def train(ddp, xray, x, y, steps: int, skip: int = -1, offset: int = 0) -> None:
 
 def main(case: str, rank: int, port: str, logdir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=30))
+    # The default group's own timeout bounds a hang in most cases; in these, Xray's timeout must end the job.
+    group_timeout = 600 if case in ("skip", "rank0only") else 30
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=group_timeout))
     result: dict = {"rank": rank}
     try:
+        if case == "rank0only":  # Xray on rank 0 only: it gives up at construction, and rank 1's DDP step then fails
+            ddp = DistributedDataParallel(mlp())
+            x, y = (part[rank::WORLD] for part in full_batch())
+            start = time.monotonic()
+            if rank == 0:
+                try:
+                    Xray(ddp, x, logdir=logdir, every=1, collective_timeout=3)
+                except DistributedMismatch as error:
+                    result["error"] = str(error)
+                result["seconds"] = time.monotonic() - start
+                finish(logdir, result)
+            nn.MSELoss()(ddp(x), y).backward()  # waits for rank 0, which never trains: fails once it exits
+            finish(logdir, result)
         if case == "dead":
             ddp = DistributedDataParallel(gated())
             x = torch.tensor([[1.0, 0.0]]) if rank == 0 else torch.tensor([[0.0, 1.0]])
@@ -160,11 +175,24 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
                 time.sleep(6)  # alive, not calling: rank 0 must time out, not hang
         xray.close()
     finally:
-        with open(os.path.join(logdir, f"result{rank}.json"), "w") as file:
-            json.dump(result, file)
+        write_result(logdir, result)
+    if case == "skip" and rank == 0:
+        sys.exit(0)  # as a user's script ends, not os._exit: a collective still pending would keep it alive
     dist.destroy_process_group()
     # Rank 0 hosts the group's TCPStore; its thread sometimes aborts the interpreter's teardown
     # ("terminate called without an active exception", torch 2.13), after everything is written.
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def write_result(logdir: str, result: dict) -> None:
+    with open(os.path.join(logdir, f"result{result['rank']}.json"), "w") as file:
+        json.dump(result, file)
+
+
+def finish(logdir: str, result: dict) -> None:
+    """Write the result and leave at once (the group is left as a failed job leaves it)."""
+    write_result(logdir, result)
     sys.stdout.flush()
     os._exit(0)
 

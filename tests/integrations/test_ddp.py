@@ -4,7 +4,9 @@ the test instead of hanging it."""
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -126,9 +128,23 @@ def test_a_rank_that_skips_its_last_take_graphs_call_leaves_the_other_to_time_ou
 def test_a_rank_that_skips_a_take_graphs_call_mid_run_fails_both_ranks_without_a_hang(tmp_path):
     # Rank 0 waits alone in Xray's collective while rank 1 went on to DDP's next all-reduce: rank 0
     # raises after the timeout and stops, and rank 1's all-reduce then fails (its peer is gone).
-    rank0, rank1 = run_ranks("skip", tmp_path, failing=(1,))
-    assert "waited more than 3 s" in rank0["error"]
+    # Rank 0 exits as a script does (no os._exit), and the default group waits 600 s here: Xray's own
+    # group, whose collective fails in gloo at Xray's timeout, leaves nothing pending to keep it alive.
+    start = time.monotonic()
+    _, rank1 = run_ranks("skip", tmp_path, failing=(0, 1))
+    assert time.monotonic() - start < 45
+    assert "waited more than 3 s" in json.loads((tmp_path / "result0.json").read_text())["error"]
     assert re.search(r"Connection (closed|reset) by peer", rank1["output"])
+
+
+def test_an_xray_on_rank_zero_only_gives_up_at_construction_and_the_job_ends(tmp_path):
+    # The default group waits 600 s here: Xray's own group and timeout (3 s) end the job, and the rank
+    # left in DDP's all-reduce fails once rank 0 exits.
+    start = time.monotonic()
+    rank0, _ = run_ranks("rank0only", tmp_path, failing=(1,))
+    assert "construction collective at step 0" in rank0["error"] and "waited more than 3 s" in rank0["error"]
+    assert "Every rank must create its Xray at the same point" in rank0["error"]
+    assert rank0["seconds"] < 20 and time.monotonic() - start < 45
 
 
 def test_ranks_at_different_steps_raise_on_every_rank(tmp_path):
