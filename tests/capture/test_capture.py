@@ -277,3 +277,29 @@ def test_sparse_captures_of_a_loop_that_never_runs_the_root_record_the_latest_fo
         np.testing.assert_allclose(output[0].numpy(), expected[step][0][output[1].indices].numpy(), rtol=1e-6)
         np.testing.assert_allclose(shared[0].numpy(), expected[step][1][shared[1].indices].numpy(), rtol=1e-6)
         np.testing.assert_allclose(grad[0].numpy(), expected[step][2][grad[1].indices].numpy(), rtol=1e-5)
+
+
+def test_a_forward_that_calls_a_module_more_often_than_the_trace_still_records_its_first_call(tmp_path):
+    """Calls are counted from the root's forward when it runs: a dynamic loop longer than the traced one
+    does not wrap around to the traced count (that is for forwards that bypass the root)."""
+
+    class Loop(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.shared, self.turns = nn.Linear(4, 4), 2
+
+        def forward(self, x):
+            for _ in range(self.turns):
+                x = torch.tanh(self.shared(x))
+            return x
+
+    torch.manual_seed(0)
+    model = Loop()
+    with Xray(model, torch.randn(2, 4), logdir=str(tmp_path), plan={"shared": {"output": True}}, health=False) as xray:
+        model.turns = 3  # one call more than the trace saw
+        x = torch.randn(3, 4)
+        model(x).sum().backward()
+        xray.take_graphs(0)
+    values, header = open_run(tmp_path).load("shared", "output", 0)
+    first = F.linear(x, model.shared.weight, model.shared.bias).detach()
+    np.testing.assert_allclose(values.numpy(), first[header.indices].numpy(), rtol=1e-6)

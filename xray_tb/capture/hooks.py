@@ -108,9 +108,9 @@ class TapRecorder:
     first forward with grad enabled) count: forwards under
     ``torch.no_grad()`` (validation) and forwards on other threads (an eval or serving thread) neither
     replace what was kept nor disturb the count of module calls. Calls are counted from the root
-    module's forward; a forward that never runs the root (a wrapper's ``training_step`` calling
-    ``self.net(x)``) counts each module's calls modulo ``calls_per_forward`` (how many times the traced
-    forward called it), so every such forward keeps its own outputs. Outputs in ``copy`` are copied,
+    module's forward; where the root never runs (a wrapper's ``training_step`` calling ``self.net(x)``),
+    from each step's start, modulo ``calls_per_forward`` (how many times the traced forward called
+    each module), so every such forward keeps its own outputs. Outputs in ``copy`` are copied,
     because a later op overwrites them in place; gradients of outputs in ``grads`` are caught with a
     tensor hook, which sees the gradient of the output as it was before any in-place op.
     """
@@ -140,6 +140,7 @@ class TapRecorder:
         self._start_hook = Hook(self._start_forward)
         self._copy, self._grads = copy, grads
         self._calls: dict[str, int] = {}
+        self._rooted = False  # the root module's forward ran since the step began: calls counted from it
         #: Why a tap's output could not be kept in the latest forward, by tap.
         self.errors: dict[Tap, str] = {}
         self.owner: Optional[int] = None
@@ -158,6 +159,7 @@ class TapRecorder:
         which also restarts the count of module calls (for a forward that never runs the root module)."""
         self.owner = threading.get_ident()
         self._calls.clear()
+        self._rooted = False
 
     def copy_from_now_on(self, tap: Tap) -> None:
         """Copy ``tap``'s output when it is kept: something writes into it after the layer returns."""
@@ -189,6 +191,7 @@ class TapRecorder:
         if thread != self.owner:
             return
         self._calls.clear()
+        self._rooted = True
         if torch.is_grad_enabled():
             self.errors.clear()
         if torch.is_grad_enabled():
@@ -209,7 +212,7 @@ class TapRecorder:
         name, taps, per_forward = self._targets[id(module)]
         count = self._calls.get(name, 0)
         self._calls[name] = count + 1
-        tap = taps.get(count % per_forward)
+        tap = taps.get(count if self._rooted else count % per_forward)  # a dynamic forward may call it more often than the trace
         if tap is not None and torch.is_grad_enabled():
             try:
                 self._keep(tap, tensors_with_paths(output))
