@@ -20,7 +20,7 @@ import { RunData } from './run_data.js';
 import { Store } from './state.js';
 import { indexAtOrBefore } from './steps.js';
 import { Timeline } from './timeline.js';
-import { encodeUrlData, hashUrlData, onHashNavigation, parseUrlData, readUrlData, writeUrlData } from './url_state.js';
+import { encodeUrlData, onHashNavigation, parseUrlData, readUrlData, writeUrlData } from './url_state.js';
 
 /** How often runs are re-read without a host reload. */
 const POLL_MS = 30000;
@@ -131,15 +131,6 @@ export class XrayApp {
     await this.refresh();
     this.urlReady = true;
     writeUrlData(encodeUrlData(this.store.state)); // what the user chose while the first load ran
-  }
-
-  /** A link pasted into the address bar of the open tab: show what it names, as a fresh load would. */
-  followUrl() {
-    const data = hashUrlData();
-    if (JSON.stringify(data) === JSON.stringify(encodeUrlData(this.store.state))) return; // our own state
-    this.errors.clear('url');
-    this.pendingUrl = parseUrlData(data);
-    this.refresh();
   }
 
   /** Draws everything from the state and the loaded data. */

@@ -1,9 +1,10 @@
 // Loading for the app shell (app.js): re-reads the runs on every host reload and poll, the shown
 // runs' layers (run_data.js) and findings (findings_list.js), applies the URL state once the runs are
-// known, and checks that a run was not rewritten under the same name. Mixed into XrayApp's prototype;
-// `this` is the app.
+// known (and again when a link is pasted into the open tab), and checks that a run was not rewritten
+// under the same name. Mixed into XrayApp's prototype; `this` is the app.
 
 import { fetchFrame, fetchRuns } from './api.js';
+import { encodeUrlData, hashUrlData, parseUrlData } from './url_state.js';
 
 /** A frame that answers 404 re-reads the layer lists, at most this often. */
 const STALE_REFRESH_MS = 5000;
@@ -106,6 +107,15 @@ async function validateShown() {
   this.layerView.showStep(this.timeline.step, false);
 }
 
+/** A link pasted into the address bar of the open tab: show what it names, as a fresh load would. @this {import('./app.js').XrayApp} */
+function followUrl() {
+  const data = hashUrlData();
+  if (JSON.stringify(data) === JSON.stringify(encodeUrlData(this.store.state))) return; // our own state
+  this.errors.clear('url');
+  this.pendingUrl = parseUrlData(data);
+  this.refresh();
+}
+
 function pick(object, keys) {
   const out = {};
   for (const key of keys) if (object[key] !== undefined) out[key] = object[key];
@@ -113,4 +123,4 @@ function pick(object, keys) {
 }
 
 /** The methods mixed into XrayApp. */
-export const loadMethods = { refresh, refreshOnce, loadShown, staleRefresh, validateShown };
+export const loadMethods = { refresh, refreshOnce, loadShown, staleRefresh, validateShown, followUrl };
