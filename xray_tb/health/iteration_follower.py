@@ -65,7 +65,7 @@ class IterationFollower:
     def counts_call(self, step: int) -> bool:
         """Whether the ``take_graphs(step)`` call is an iteration: not when no backward ran since the last
         one counted, nor when the followed optimizer's next step will count it (filed under ``step``)."""
-        self._last = step if self._last is None else max(step, self._last)
+        self._note(step)
         if not self._backward_seen:
             return True
         if not self._fresh:
@@ -98,8 +98,12 @@ class IterationFollower:
             return
         step = self._pending if self._pending is not None else self._first_step if self._last is None else self._last + 1
         self._fresh, self._pending, self._uncounted = False, None, 0
-        self._last = step if self._last is None else max(step, self._last)
+        self._note(step)
         self._iteration(step)
+
+    def _note(self, step: int) -> None:
+        """``step`` was filed: the next iteration no call names goes after the latest."""
+        self._last = step if self._last is None else max(step, self._last)
 
     def _warn_uncounted(self) -> None:
         warnings.warn(

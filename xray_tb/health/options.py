@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional, Union
 
 from xray_tb.capture.schedules import ScheduleLike, as_schedule
 from xray_tb.health.rules import make_rules
+from xray_tb.health.rules.base import is_number
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,17 +65,17 @@ class HealthOptions:
     def __post_init__(self):
         if self.every != "auto" and (isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1):
             raise ValueError(f"HealthOptions(every=...) takes 'auto' or a whole number >= 1, got {self.every!r}")
-        if self.budget is not None and (not _is_number(self.budget) or not 0 < self.budget <= 1):
+        if self.budget is not None and (not is_number(self.budget) or not 0 < self.budget <= 1):
             raise ValueError(f"HealthOptions(budget=...) takes a share of the step time in (0, 1], got {self.budget!r}")
         for name in ("update_every", "dead_window", "flush_every", "histograms_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"HealthOptions({name}=...) takes a whole number >= 1, got {value!r}")
-        if not _is_number(self.flush_seconds) or self.flush_seconds < 0:
+        if not is_number(self.flush_seconds) or self.flush_seconds < 0:
             raise ValueError(f"HealthOptions(flush_seconds=...) takes a number of seconds >= 0, got {self.flush_seconds!r}")
-        if not _is_number(self.saturation_margin) or not 0 <= self.saturation_margin < 0.5:
+        if not is_number(self.saturation_margin) or not 0 <= self.saturation_margin < 0.5:
             raise ValueError(f"HealthOptions(saturation_margin=...) takes a number in [0, 0.5), got {self.saturation_margin!r}")
-        if not _is_number(self.dead_threshold) or not math.isfinite(self.dead_threshold):
+        if not is_number(self.dead_threshold) or not math.isfinite(self.dead_threshold):
             raise ValueError(f"HealthOptions(dead_threshold=...) takes a finite number (0: a unit that never fires above 0 "
                              f"is dead), got {self.dead_threshold!r}")
         if not isinstance(self.histograms, bool):
@@ -86,10 +87,6 @@ class HealthOptions:
         if self.channel_dim is not None and (isinstance(self.channel_dim, bool) or not isinstance(self.channel_dim, int)):
             raise ValueError(f"HealthOptions(channel_dim=...) takes a dimension index or None, got {self.channel_dim!r}")
         as_schedule(self.activations)  # raises on a bad schedule
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 #: The default ``budget`` for a model on the CPU and on an accelerator.

@@ -60,11 +60,12 @@ class TrainingHealth:
     def iteration(self, step: int, activations: bool = True) -> None:
         """One training iteration: from a ``take_graphs()`` call, from the ``optimizer=`` hook, or (with
         ``activations=False``: not a health step) from the follower. A call whose backward the model's
-        optimizer step counted already takes only that step's activation statistics, if it is a health step."""
+        optimizer step counts (before the call, or at the step that follows it) takes only that step's
+        activation statistics, if it is a health step."""
         if self.monitor is not None:
-            counted_already = activations and self._follower is not None and not self._follower.counts_call(step)
+            counted_by_step = activations and self._follower is not None and not self._follower.counts_call(step)
             try:
-                if counted_already:
+                if counted_by_step:
                     self.monitor.activations_before_capture(step, collective=True)
                 else:
                     self.monitor.iteration(step, activations)

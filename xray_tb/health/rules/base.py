@@ -56,18 +56,22 @@ class Rule:
         raise NotImplementedError
 
 
+def is_number(value: Any) -> bool:
+    """An int or a float, not a bool (which Python counts as an int)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _expected(default: Any, value: Any) -> str:
     """What a setting takes, judged from its default, when ``value`` is not that; "" when it is. An int
     default (a count of steps) takes a whole number >= 1, a float one any finite number, a None one
     (``after``) None or a whole number >= 1."""
-    whole = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    whole = is_number(value) and isinstance(value, int) and value >= 1
     if isinstance(default, bool):
         return "" if isinstance(value, bool) else "True or False"
     if isinstance(default, int) or default is None:
         return "" if whole or (default is None and value is None) else "a whole number >= 1" + (" or None" if default is None else "")
     if isinstance(default, float):
-        number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        return "" if number else "a finite number"
+        return "" if is_number(value) and math.isfinite(value) else "a finite number"
     return ""
 
 
