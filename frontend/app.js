@@ -18,7 +18,7 @@ import { BiasView } from './bias_view.js';
 import { loadMethods } from './app_load.js';
 import { RunData } from './run_data.js';
 import { Store } from './state.js';
-import { indexAtOrBefore } from './steps.js';
+import { findingStep, indexAtOrBefore } from './steps.js';
 import { Timeline } from './timeline.js';
 import { encodeUrlData, onHashNavigation, parseUrlData, readUrlData, writeUrlData } from './url_state.js';
 
@@ -53,7 +53,7 @@ export class XrayApp {
     });
     this.findings = new FindingsList({
       errors: this.errors,
-      onOpen: (finding) => this.openAt(finding.layer, finding.step),
+      onOpen: (finding) => this.openAt(finding.layer, finding.step, finding.rule === 'nonfinite'),
       onChange: (found) => {
         this.timeline.setMarks(this.findings.marks());
         this.graph.health.setFindings(found.filter((f) => f.run === this.store.state.run)); // badges (graph_health.js)
@@ -122,7 +122,7 @@ export class XrayApp {
     this.pendingUrl = parseUrlData(await readUrlData(host));
     onHashNavigation(() => this.followUrl());
     setInterval(() => this.refresh(), POLL_MS);
-    document.addEventListener('keydown', (e) => this.onKey(e));
+    document.addEventListener('keydown', (e) => this.timeline.onKey(e, this.store.state.view === 'layer'));
     let resizeTimer = null;
     window.addEventListener('resize', () => {
       clearTimeout(resizeTimer);
@@ -201,7 +201,11 @@ export class XrayApp {
     const keep = this.keep || { step: this.store.state.step, atEnd: this.followEnd };
     this.keep = null;
     let index = steps.length - 1;
-    if (!keep.atEnd && keep.step !== null && keep.step !== undefined) {
+    if (keep.opened !== undefined && steps.length) {
+      const found = findingStep(steps, keep.step, keep.opened);
+      index = found.index;
+      if (found.note) this.errors.note('step', found.note);
+    } else if (!keep.atEnd && keep.step !== null && keep.step !== undefined) {
       index = Math.max(0, indexAtOrBefore(steps, keep.step));
     }
     this.timeline.setSteps(steps, index);
@@ -211,6 +215,7 @@ export class XrayApp {
 
   /** @param {boolean} dragging */
   onStep(dragging) {
+    this.errors.clear('step');
     const steps = this.timeline.steps;
     this.followEnd = this.timeline.index >= steps.length - 1;
     this.store.set({ step: this.timeline.step });
@@ -248,13 +253,16 @@ export class XrayApp {
 
   /**
    * Opens a layer at a step (a finding, a cell of the health matrix): the timeline goes to the
-   * nearest recorded step at or before it, as a URL's step does.
+   * nearest recorded step at or before it, or at or after it with `after` (steps.js: findingStep),
+   * with a notice when the step has no capture.
    * @param {string} layer
    * @param {number} step
+   * @param {boolean} [after]
    */
-  openAt(layer, step) {
+  openAt(layer, step, after = false) {
     if (this.loading) return;
-    this.keep = { step, atEnd: false };
+    this.errors.clear('step');
+    this.keep = { step, atEnd: false, opened: after };
     this.followEnd = false;
     this.store.set({ view: 'layer', layer });
     return this.render();
@@ -265,22 +273,6 @@ export class XrayApp {
     this.store.set({ view: 'graph' });
     await this.render();
     if (layer) await this.graph.highlightLayer(baseLayer(layer));
-  }
-
-  /** @param {KeyboardEvent} event */
-  onKey(event) {
-    if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) return;
-    const target = /** @type {HTMLElement|null} */ (event.target);
-    if (target && (/^(INPUT|SELECT|TEXTAREA)$/.test(target.tagName) || target.isContentEditable)) return;
-    const moves = { ArrowLeft: -1, ArrowRight: 1, Home: -Infinity, End: Infinity };
-    if (event.key in moves) {
-      event.preventDefault();
-      const delta = moves[event.key];
-      this.timeline.move(Number.isFinite(delta) ? delta : delta > 0 ? this.timeline.steps.length : -this.timeline.steps.length);
-    } else if (event.key === ' ' && this.store.state.view === 'layer') {
-      event.preventDefault();
-      this.timeline.toggle();
-    }
   }
 }
 

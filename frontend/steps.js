@@ -25,6 +25,36 @@ export function indexAtOrBefore(steps, step) {
 }
 
 /**
+ * The index of the first of the sorted `steps` at or after `step`.
+ * @param {ArrayLike<number>} steps  Sorted ascending.
+ * @param {number} step
+ * @returns {number}  `steps.length` when every step is before `step`.
+ */
+export function indexAtOrAfter(steps, step) {
+  const i = indexAtOrBefore(steps, step);
+  return i >= 0 && steps[i] === step ? i : i + 1;
+}
+
+/**
+ * Where a finding opens on the timeline, and what to say when its step has no capture. A non-finite
+ * value opens at the first capture at or after its step, where it shows; every other finding, as a
+ * URL's step, at the last capture at or before it.
+ * @param {ArrayLike<number>} steps  Sorted steps recorded (not empty).
+ * @param {number} step  The finding's step.
+ * @param {boolean} after  Prefer the first capture after the step.
+ * @returns {{index: number, note: string|null}}
+ */
+export function findingStep(steps, step, after) {
+  const before = Math.max(0, indexAtOrBefore(steps, step));
+  const next = indexAtOrAfter(steps, step);
+  const index = after && next < steps.length ? next : before;
+  const shown = steps[index];
+  if (shown === step) return { index, note: null };
+  const where = shown > step ? 'the first capture after it' : 'the last capture before it';
+  return { index, note: `Step ${step} has no capture: showing step ${shown}, ${where}.` };
+}
+
+/**
  * The recorded step to show for a requested step: the requested one or the nearest earlier one.
  * A caller that wants a default when no step is requested (the bias view shows the last
  * evaluation) says so at its call site: this never guesses.

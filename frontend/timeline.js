@@ -5,7 +5,7 @@
 
 import { Scrubber } from './controls.js';
 import { el } from './dom.js';
-import { indexAtOrBefore } from './steps.js';
+import { findingStep, indexAtOrBefore } from './steps.js';
 
 /** Steps per second offered by the speed setting. */
 export const SPEEDS = [1, 2, 4, 8, 16];
@@ -55,7 +55,8 @@ export class Timeline {
 
   /**
    * Marks steps over the scrubber's track (the steps of severe findings); a mark sits where its
-   * step falls between the recorded steps, and a click moves to the recorded step at or before it.
+   * step falls between the recorded steps, and a click moves to the capture a finding opens at
+   * (steps.js: findingStep; a non-finite value's first capture at or after it).
    * @param {{step: number, rule: string, layer?: string, run?: string}[]} marks
    */
   setMarks(marks) {
@@ -80,7 +81,7 @@ export class Timeline {
       node.title = `step ${mark.step}: ${mark.rule}${others.length ? ` in ${[...new Set(others)].join(', ')}` : ''}`;
       node.style.left = `${markPosition(steps, mark.step) * 100}%`;
       node.addEventListener('click', () => {
-        this.scrubber.setSteps(steps, Math.max(0, indexAtOrBefore(steps, mark.step)));
+        this.scrubber.setSteps(steps, findingStep(steps, mark.step, mark.rule === 'nonfinite').index);
         this.scrubber.changed(true);
       });
       nodes.push(node);
@@ -91,6 +92,27 @@ export class Timeline {
   /** @param {number} delta */
   move(delta) {
     this.scrubber.move(delta);
+  }
+
+  /**
+   * The timeline's keys, on the whole page: arrows step, Home and End jump, space plays (`canPlay`).
+   * Ignored with a modifier and in form fields.
+   * @param {KeyboardEvent} event
+   * @param {boolean} canPlay
+   */
+  onKey(event, canPlay) {
+    if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) return;
+    const target = /** @type {HTMLElement|null} */ (event.target);
+    if (target && (/^(INPUT|SELECT|TEXTAREA)$/.test(target.tagName) || target.isContentEditable)) return;
+    const moves = { ArrowLeft: -1, ArrowRight: 1, Home: -Infinity, End: Infinity };
+    if (event.key in moves) {
+      event.preventDefault();
+      const delta = moves[event.key];
+      this.move(Number.isFinite(delta) ? delta : delta > 0 ? this.steps.length : -this.steps.length);
+    } else if (event.key === ' ' && canPlay) {
+      event.preventDefault();
+      this.toggle();
+    }
   }
 
   /** @param {number|null} wallTime  Seconds since the epoch. */

@@ -106,15 +106,25 @@ def test_findings_are_listed_above_the_views_marked_on_the_timeline_and_open_the
     box = mark.bounding_box()
     assert track["x"] <= box["x"] <= track["x"] + track["width"]
 
+    # A non-finite value opens at the first capture at or after its step, where it shows, and the
+    # tab says that its own step has no capture.
     finding.click()
     expect(frame.locator('[data-view="layer"]')).to_be_visible()
     expect(frame.locator("#xray-layer-title")).to_have_text("second")
-    expected = max(s for s in recorded_steps(tensorboard_url, HEALTH_NAN, "second") if s <= NAN_STEP)
+    expected = min(s for s in recorded_steps(tensorboard_url, HEALTH_NAN, "second") if s >= NAN_STEP)
+    assert expected != NAN_STEP
+    expect(frame.locator("#xray-error")).to_contain_text(f"Step {NAN_STEP} has no capture: showing step {expected}, the first capture after it.")
     expect(frame.locator("#xray-step-label")).to_have_text(f"step {expected}")
     state = app_state(page)
     assert (state["view"], state["layer"], state["step"]) == ("layer", "second", expected)
     page.wait_for_function("() => decodeURIComponent(location.hash).includes('p.xray.layer=second')")
     assert url_data(page)["view"] == "layer" and url_data(page)["step"] == str(expected)
+    # Moving on clears the notice; the timeline's mark opens the same capture as the finding.
+    frame.locator("body").press("Home")
+    expect(frame.locator("#xray-step-label")).to_have_text("step 0")
+    expect(frame.locator("#xray-error")).to_be_hidden()
+    mark.click()
+    expect(frame.locator("#xray-step-label")).to_have_text(f"step {expected}")
     assert [e for e in page.xray_errors if e.startswith("uncaught")] == []
 
 
