@@ -116,7 +116,8 @@ def _coordinates(shape) -> Iterator[list[int]]:
 
 
 def type_name(module: nn.Module) -> str:
-    """``type(module).__name__``, seen through FSDP's ``FSDP<Class>`` subclass (``"Linear"``, not ``"FSDPLinear"``)."""
+    """``type(module).__name__``, seen through the subclasses that FSDP (``FSDP<Class>``) and
+    ``torch.nn.utils.parametrize`` (``Parametrized<Class>``) make: ``"Linear"`` for both."""
     return _class_name(type(module))
 
 
@@ -125,6 +126,8 @@ def _class_name(cls: type) -> str:
     fsdp = _fsdp_module_type()
     if fsdp is not None and issubclass(cls, fsdp):
         cls = next((base for base in cls.__mro__ if not issubclass(base, fsdp)), cls)
+    while cls.__module__ == "torch.nn.utils.parametrize" and cls.__name__.startswith("Parametrized") and cls.__bases__:
+        cls = cls.__bases__[0]
     return cls.__name__
 
 

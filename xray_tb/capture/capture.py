@@ -15,6 +15,7 @@ from tensorboard.compat.proto import event_pb2
 from torch import nn
 
 from xray_tb import sharding
+from xray_tb.parametrized import is_computed, parameter
 from tb_plugin import frame_stats, metadata
 from tb_plugin.metadata import BATCH_KINDS, FrameHeader
 from xray_tb.trace.activations import recompute
@@ -28,6 +29,10 @@ from xray_tb.capture.shared_reductions import SharedReductions
 #: Why a planned kind could not be recorded, by reason key.
 MISSING_REASONS = {
     "parameter_grad": "no .grad on the parameter (call take_graphs() after loss.backward())",
+    "computed": (
+        "the parameter is computed from others (torch.nn.utils.prune or parametrize) and has no .grad of its own; "
+        "training health's gradient statistics cover the parameters that train"
+    ),
     "forward": "no forward pass ran with grad enabled while Xray's hooks were armed",
     "grad": "no gradient reached the output (call take_graphs() after loss.backward())",
     "overwritten": (
@@ -160,10 +165,9 @@ def _planned_tensors(
     (or why some are missing: a gradient that never reached one output of several)."""
     if kind in metadata.PARAMETER_KINDS:
         name, is_grad = metadata.PARAMETER_KINDS[kind]
-        tensor = getattr(module, name)
-        tensor = tensor.grad if is_grad else tensor
+        tensor = parameter(module, name, grad=is_grad)
         if tensor is None:
-            return [], "parameter_grad"
+            return [], "computed" if is_grad and is_computed(module, name) else "parameter_grad"
         if (layer, kind) in context.gathered:  # sharded: only the selected rows, gathered from every rank
             gathered = context.gathered[(layer, kind)]
             return ([], gathered) if isinstance(gathered, str) else ([("", gathered)], None)

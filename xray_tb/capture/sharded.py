@@ -27,6 +27,7 @@ from torch import nn
 
 from tb_plugin import metadata
 from xray_tb import sharding
+from xray_tb.parametrized import parameter
 from xray_tb.capture.selectors import ScoresNeeded, SelectionInfo, Selector, check_selection
 from xray_tb.distributed import DistributedMismatch, Group
 
@@ -72,8 +73,7 @@ def sharded_tensors(plan: dict, modules: dict[str, nn.Module]) -> list[tuple[tup
     found = []
     for layer, entry in plan.items():
         for kind, (name, is_grad) in metadata.PARAMETER_KINDS.items():
-            tensor = getattr(modules[layer], name, None) if entry[kind] else None
-            tensor = tensor.grad if is_grad and tensor is not None else tensor
+            tensor = parameter(modules[layer], name, grad=is_grad) if entry[kind] else None
             if sharding.is_sharded(tensor):
                 found.append(((layer, kind), tensor))
     return found

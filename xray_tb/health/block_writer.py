@@ -116,7 +116,7 @@ class BlockWriter:
             steps=iterations.steps if iterations is not None else empty,
             layers=list(self._iteration_families[0].layers),
             stats={stat: np.where(entry.absent, np.nan, entry.values) for stat, entry in series.items()},
-            sizes=np.asarray([layer.param.numel() for layer in self._scope.weighted], dtype=np.float64),
+            sizes=np.asarray([layer.size for layer in self._scope.weighted], dtype=np.float64),
             health_steps=activations.steps if activations is not None else empty,
             health_layers=[layer.name for layer in self._scope.activations],
             health_stats={stat: np.where(entry.absent, np.nan, entry.values) for stat, entry in activation_series.items()},

@@ -19,6 +19,15 @@ spread to by then. :class:`IterationFollower` closes that gap:
   optimizer step, in a loop without one, and in a loop that calls it more often than the optimizer
   steps (gradient accumulation with a call per backward).
 
+The marker moves when training changes under it: when it is frozen (``requires_grad_(False)``, fine-tuning
+that freezes the trunk), to the first weight still trained by the followed optimizer, counting the
+iteration it would have missed; and when the optimizers that step hold no marker (the trunk joins the
+optimizer later, through ``add_param_group``), a ``take_graphs()`` call that finds backwards uncounted
+follows the first optimizer that stepped the model's weights, with the marker on the first of them; and
+when the marker is no longer the model's parameter (``load_state_dict(..., assign=True)``), training
+health finds the weights again (``on_replaced``) and the marker goes to the new one. An optimizer
+ignored once is looked at again when its parameters change.
+
 Until the marker has seen a backward (FSDP hands sharded gradients over without accumulating them, say),
 nothing is followed and every call is an iteration, as before. A loop whose weights no ``torch.optim``
 optimizer steps (a hand-written update) gets a warning once backwards go uncounted between
@@ -41,10 +50,16 @@ from xray_tb.capture.hooks import Hook
 class IterationFollower:
     """Counts each backward once, from a ``take_graphs()`` call or from the model's optimizer step."""
 
-    def __init__(self, weights: list[torch.nn.Parameter], iteration: Callable[[int], None], first_step: int):
+    def __init__(self, weights: list[torch.nn.Parameter], iteration: Callable[[int], None], first_step: int,
+                 modules: Optional[list[torch.nn.Module]] = None, on_replaced: Optional[Callable[[], None]] = None):
+        """``weights`` in dataflow order, each of the module at the same place in ``modules``;
+        ``on_replaced`` is called when the marker is no longer its module's parameter (it should
+        :meth:`rebind` the follower to the weights found again)."""
         self._iteration = iteration
         self._followed: Optional[weakref.ref] = None  # the optimizer whose steps count
-        self._ignored: "weakref.WeakSet[torch.optim.Optimizer]" = weakref.WeakSet()
+        # optimizers that step no marker: their parameter count when ignored; the first that held model weights
+        self._ignored: "weakref.WeakKeyDictionary[torch.optim.Optimizer, int]" = weakref.WeakKeyDictionary()
+        self._candidate: Optional[weakref.ref] = None
         self._first_step = int(first_step)
         self._last: Optional[int] = None  # the step of the latest iteration
         self._pending: Optional[int] = None  # the step a take_graphs(step) call gave the backward not yet counted
@@ -53,23 +68,33 @@ class IterationFollower:
         self._uncounted = 0  # backwards since then that no iteration counted
         self._defer = True  # a call leaves the count to the optimizer step that follows it
         self._uncounted_calls = 0  # take_graphs() calls that found uncounted backwards, no optimizer followed
-        this = weakref.ref(self)
-        trainable = [weight for weight in weights if weight.requires_grad]  # the layers the forward calls first
-        self._marker = id(trainable[0]) if trainable else None
-        self._handles = []
+        self._on_replaced = on_replaced
+        self._this = weakref.ref(self)
+        self._marker: Optional[torch.nn.Parameter] = None
+        self._slot: Optional[tuple[torch.nn.Module, str]] = None  # where the model holds the marker
+        self._bind(weights, modules)
+        self._marker_handle = None
+        self._step_handle = None
+        trainable = [weight for weight in weights if weight.requires_grad]
         if trainable:
-            self._handles.append(trainable[0].register_post_accumulate_grad_hook(Hook(lambda _: _call(this, "_backward"))))
-            self._handles.append(register_optimizer_step_pre_hook(
-                Hook(lambda optimizer, args, kwargs: _call(this, "_before_step", optimizer))))
+            self._mark(trainable[0])
+            self._step_handle = register_optimizer_step_pre_hook(
+                Hook(lambda optimizer, args, kwargs: _call(self._this, "_before_step", optimizer)))
 
     def counts_call(self, step: int) -> bool:
         """Whether the ``take_graphs(step)`` call is an iteration: not when no backward ran since the last
         one counted, nor when the followed optimizer's next step will count it (filed under ``step``)."""
         self._note(step)
+        if self._replaced():
+            return True  # the weights were found again: this call counts
         if not self._backward_seen:
             return True
+        if self._marker is not None and not self._marker.requires_grad:  # frozen since: this backward missed it
+            self._fresh = self._remark() or self._fresh
         if not self._fresh:
             return False
+        if self._uncounted and self._followed is None and self._candidate is not None and self._candidate() is not None:
+            self._follow_candidate()  # the optimizers that step hold no marker: follow the one that steps the model
         if self._pending is not None:  # calls come more often than optimizer steps (accumulation): each counts
             self._defer = False
         if self._defer and self._followed is not None and self._followed() is not None:
@@ -84,9 +109,75 @@ class IterationFollower:
 
     def remove(self) -> None:
         """Remove both hooks (idempotent)."""
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
+        for handle in (self._marker_handle, self._step_handle):
+            if handle is not None:
+                handle.remove()
+        self._marker_handle = self._step_handle = None
+
+    def rebind(self, weights: list[torch.nn.Parameter], modules: Optional[list[torch.nn.Module]] = None) -> None:
+        """The model's weights were found again: the marker moves to the new first trainable one (held by
+        the followed optimizer, else the optimizers are looked at again)."""
+        self._bind(weights, modules)
+        if self._marker is None or id(self._marker) in self._ids:
+            return
+        followed = self._followed() if self._followed is not None else None
+        if followed is None or not (_held(followed) & self._ids):
+            self._followed, self._candidate = None, None
+            self._ignored.clear()
+        if not self._remark() and self._followed is None:
+            first = next((w for w in weights if w.requires_grad), None)
+            if first is not None:
+                self._mark(first)
+
+    def _bind(self, weights: list[torch.nn.Parameter], modules: Optional[list[torch.nn.Module]]) -> None:
+        self._weights = weights  # in dataflow order: the layers the forward calls first come first
+        self._ids = {id(weight) for weight in weights}
+        self._modules = modules
+
+    def _marker_missed(self) -> bool:
+        """Whether the marker can no longer see backwards: frozen, or no longer its module's parameter."""
+        marker, slot = self._marker, self._slot
+        return marker is not None and (not marker.requires_grad or (slot is not None and slot[0]._parameters.get(slot[1]) is not marker))
+
+    def _replaced(self) -> bool:
+        """Whether the marker is no longer its module's parameter; if so, asks for the weights again."""
+        slot = self._slot
+        if slot is None or slot[0]._parameters.get(slot[1]) is self._marker or self._on_replaced is None:
+            return False
+        self._slot = None  # asked once per marker
+        self._on_replaced()
+        return True
+
+    def _mark(self, weight: torch.nn.Parameter) -> None:
+        """Put the marker hook on ``weight``."""
+        if self._marker_handle is not None:
+            self._marker_handle.remove()
+        self._marker = weight
+        self._slot = None
+        if self._modules is not None:
+            module = self._modules[next(i for i, w in enumerate(self._weights) if w is weight)]
+            name = next((name for name, param in module._parameters.items() if param is weight), None)
+            self._slot = None if name is None else (module, name)
+        self._marker_handle = weight.register_post_accumulate_grad_hook(Hook(lambda _: _call(self._this, "_backward")))
+
+    def _remark(self) -> bool:
+        """The marker was frozen: move it to the first weight still trained (by the followed optimizer,
+        if any). Whether it moved."""
+        followed = self._followed() if self._followed is not None else None
+        held = _held(followed) if followed is not None else None
+        weight = next((w for w in self._weights if w.requires_grad and (held is None or id(w) in held)), None)
+        if weight is None or weight is self._marker:
+            return False
+        self._mark(weight)
+        return True
+
+    def _follow_candidate(self) -> None:
+        optimizer = self._candidate()
+        held = _held(optimizer)
+        weight = next((w for w in self._weights if w.requires_grad and id(w) in held), None)
+        if weight is not None:
+            self._followed = weakref.ref(optimizer)
+            self._mark(weight)
 
     def _backward(self) -> None:
         if self._fresh:
@@ -94,7 +185,14 @@ class IterationFollower:
         self._backward_seen = self._fresh = True
 
     def _before_step(self, optimizer: torch.optim.Optimizer) -> None:
-        if not self._fresh or not self._follows(optimizer):
+        if not self._fresh:
+            # The marker may have missed the backward that this step applies: frozen, or replaced.
+            if not (self._backward_seen and self._marker_missed() and self._follows(optimizer)):
+                return
+            self._fresh = self._replaced() or self._remark()  # the step shows that a backward ran
+            if not self._fresh:
+                return
+        elif not self._follows(optimizer):
             return
         step = self._pending if self._pending is not None else self._first_step if self._last is None else self._last + 1
         self._fresh, self._pending, self._uncounted = False, None, 0
@@ -116,13 +214,22 @@ class IterationFollower:
     def _follows(self, optimizer: torch.optim.Optimizer) -> bool:
         if self._followed is not None:
             return self._followed() is optimizer
-        if optimizer in self._ignored:
+        count = sum(len(group["params"]) for group in optimizer.param_groups)
+        if self._ignored.get(optimizer) == count:
             return False
-        if any(id(p) == self._marker for group in optimizer.param_groups for p in group["params"]):
+        held = _held(optimizer)
+        if id(self._marker) in held:
             self._followed = weakref.ref(optimizer)
             return True
-        self._ignored.add(optimizer)
+        self._ignored[optimizer] = count  # looked at again once add_param_group changed it
+        if self._candidate is None and held & self._ids:
+            self._candidate = weakref.ref(optimizer)
         return False
+
+
+def _held(optimizer: torch.optim.Optimizer) -> set[int]:
+    """The ids of the parameters ``optimizer`` steps."""
+    return {id(p) for group in optimizer.param_groups for p in group["params"]}
 
 
 def _call(follower_ref: weakref.ref, method: str, *args) -> None:

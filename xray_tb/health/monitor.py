@@ -28,6 +28,7 @@ from xray_tb.health.buffer import RowBuffer
 from xray_tb.health.findings import Finding, NonFinite
 from xray_tb.health.options import HealthOptions, budget_for
 from xray_tb.health.pacing import Pacer
+from xray_tb.health.pieces import LayerPieces
 from xray_tb.health.rules import make_rules
 from xray_tb.health.scope import Scope
 from xray_tb.health.sentinel import NonFiniteSentinel
@@ -66,18 +67,21 @@ class HealthMonitor:
         self._histogram_step: Optional[int] = None  # the step of the last weight histograms
         self.update_ratio = UpdateRatio(weighted, options.update_every)
         self.iteration_families: list[IterationStatistic] = [
-            GradientStatistics(weighted, [layer.param.numel() for layer in scope.weighted]), WeightNorm(weighted), self.update_ratio]
+            GradientStatistics(weighted, [layer.size for layer in scope.weighted]), WeightNorm(weighted), self.update_ratio]
         activated = [layer.name for layer in scope.activations]
         self.dead = DeadUnits(activated, options.dead_window, options.dead_threshold)
         self.activation_families: list[ActivationStatistic] = [
             self.dead, Saturation(activated, options.saturation_margin), ChannelVariance(activated, options.channel_dim)]
         self._checks = ForwardChecks(list(scope.output_taps), self._reductions)
-        self._sentinel = NonFiniteSentinel(weighted)
-        self._shards = ShardedHealth.of(group, [layer.param for layer in scope.weighted], self._sentinel)  # FSDP
+        self._pieces = LayerPieces(scope.weighted)  # layers with several weights (LSTM): one piece each
+        self._sentinel = NonFiniteSentinel(self._pieces.names)
+        self._shards = ShardedHealth.of(group, self._pieces.weights, self._sentinel)  # FSDP
         self._writer = BlockWriter(sink, scope, make_rules(options.rules, options.dead_window), layer_scalars,
                                    self.iteration_families, self.activation_families, self._checks, self._sentinel)
         self._iterations = 0
         self._measured = 0
+        self._grads_seen = False  # the last iteration had a gradient
+        self.on_weights_changed: Optional[Callable[[], None]] = None  # called once the weights were found again
         self._vectors: list[tuple[int, float, dict[str, tuple[list[str], list[Optional[torch.Tensor]]]]]] = []
         self._rebuild_buffers()
         taps = set(scope.output_taps.values()) | {layer.source.tap for layer in scope.activations}
@@ -98,6 +102,13 @@ class HealthMonitor:
         self._recorder.claim()  # the thread that trains is the one whose forwards are kept
         weights = self._weights
         grads = [weight.grad for weight in weights]
+        if all(grad is None for grad in grads):  # stops at the first gradient: one test per iteration in training
+            if self._grads_seen and self.refresh_weights():
+                weights = self._weights
+                grads = [weight.grad for weight in weights]
+            self._grads_seen = False
+        else:
+            self._grads_seen = True
         if self._shards is not None:  # each rank reduces its own shards; a measured row is combined
             weights, grads = self._shards.local(weights), self._shards.local(grads)
         found = False
@@ -135,7 +146,8 @@ class HealthMonitor:
         last = self._histogram_step
         if self.options.histograms and (last is None or step < last or step - last >= self.options.histograms_every):
             wanted = set(planned)  # a list of thousands of layers: a scan of it per layer was quadratic
-            weights = {layer.name: layer.param for layer in self.scope.weighted if layer.name in wanted and not is_sharded(layer.param)}
+            weights = {layer.name: _flat(layer.params) for layer in self.scope.weighted
+                       if layer.name in wanted and not any(is_sharded(param) for param in layer.params)}
             if weights:
                 event = event_pb2.Event(step=int(step), wall_time=time.time())
                 add_weight_histograms(event.summary, weights)
@@ -184,6 +196,7 @@ class HealthMonitor:
                 result = family.compute(view)
                 for column in family.columns:
                     row.extend(result[column])
+            row = self._pieces.combine(self.iteration_families, row)
             if self._shards is not None:
                 row = self._shards.combine(step, self.iteration_families, row, self._pacer)
             self._iteration_rows.add(step, row, self._nan)
@@ -268,15 +281,27 @@ class HealthMonitor:
         (self.iteration_families if isinstance(family, IterationStatistic) else self.activation_families).append(family)
         self._rebuild_buffers()
 
+    def refresh_weights(self) -> bool:
+        """Find the weights again if parameter objects were replaced (``load_state_dict(..., assign=True)``);
+        whether they were."""
+        if not self.scope.replaced():
+            return False
+        self.weights_changed()
+        return True
+
     def weights_changed(self) -> None:
         """The weight parameters were replaced (pruning): find them again."""
         self.flush()
         self.scope.refresh_weights()
+        self._pieces = LayerPieces(self.scope.weighted)
+        self._sentinel.layers = self._pieces.names
         self.update_ratio.forget()
         self._rebuild_buffers()
+        if self.on_weights_changed is not None:
+            self.on_weights_changed()
 
     def _rebuild_buffers(self) -> None:
-        self._weights = [layer.param for layer in self.scope.weighted]
+        self._weights = self._pieces.weights
         self._iteration_rows = RowBuffer(list(self.iteration_families))
         self._activation_rows = RowBuffer([*self.activation_families, self._checks])
 
@@ -297,6 +322,11 @@ class HealthMonitor:
                 self._optimizer_handle.remove()
                 self._optimizer_handle = None
             self._writer.sink = None
+
+
+def _flat(params: list[torch.Tensor]) -> torch.Tensor:
+    """A layer's weights as one tensor (a histogram covers all of them)."""
+    return params[0] if len(params) == 1 else torch.cat([param.detach().reshape(-1) for param in params])
 
 
 def _first(value) -> Optional[torch.Tensor]:

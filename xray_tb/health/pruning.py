@@ -15,6 +15,8 @@ from typing import Optional
 import torch
 from torch.nn.utils import prune as torch_prune
 
+from xray_tb.parametrized import parameter
+
 from xray_tb.health.scope import ActivationLayer
 
 
@@ -81,5 +83,5 @@ def apply(layers: dict[str, ActivationLayer], entries: list[PruneEntry], remove:
 
 def _tensors(module) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """The module's weight and bias as its forward uses them (masked ones included)."""
-    bias = getattr(module, "bias", None)
-    return module.weight.detach(), (bias.detach() if isinstance(bias, torch.Tensor) else None)
+    bias = parameter(module, "bias")
+    return parameter(module, "weight").detach(), (bias.detach() if bias is not None else None)

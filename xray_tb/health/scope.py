@@ -1,7 +1,8 @@
 """Which layers training health covers, in dataflow order, independent of the plan.
 
-* Weighted layers: every module with a ``weight`` of its own (a pruned or parametrized weight is
-  followed to the parameter that trains), for gradient and weight statistics.
+* Weighted layers: every module with weights of its own (``weight``; an LSTM's ``weight_ih_l0`` and
+  ``weight_hh_l0``; a pruned or parametrized weight followed to the parameters that train), for the
+  non-finite check and the gradient and weight statistics.
 * Activation layers: every layer whose activation the traced graph finds, for activation statistics.
 """
 
@@ -27,23 +28,46 @@ PRUNABLE_TYPES = CONV_TYPES - {"ConvTranspose1d", "ConvTranspose2d", "ConvTransp
 _ZERO_CLAMPING = {"ReLU", "ReLU6", "relu", "relu6"}
 
 
-def weight_parameter(module: nn.Module) -> Optional[nn.Parameter]:
-    """The parameter that trains as the module's own ``weight``, or None."""
-    for name in ("weight_orig", "weight"):  # weight_orig: torch.nn.utils.prune
-        param = module._parameters.get(name)
-        if isinstance(param, nn.Parameter):
-            return param
-    parametrizations = getattr(module, "parametrizations", None)
-    if parametrizations is not None and "weight" in parametrizations:
-        return parametrizations["weight"].original
-    return None
+def weight_parameters(module: nn.Module) -> list[nn.Parameter]:
+    """The parameters that train as the module's own weights, in registration order: ``weight``, and the
+    weights of modules with several (``weight_ih_l0`` and ``weight_hh_l0`` of an LSTM or GRU,
+    ``in_proj_weight`` of ``nn.MultiheadAttention``), followed to the parameters that train where a
+    weight is computed from them: ``weight_orig`` (``torch.nn.utils.prune``), every original of a
+    parametrization (``original0`` and ``original1`` of ``parametrizations.weight_norm``) and ``weight_g``
+    and ``weight_v`` of the legacy ``torch.nn.utils.weight_norm``. Biases are not weights."""
+    found: list[nn.Parameter] = []
+    for name, param in module._parameters.items():
+        if isinstance(param, nn.Parameter) and _is_weight_name(name.removesuffix("_orig")):
+            found.append(param)
+    parametrizations = module._modules.get("parametrizations")
+    if parametrizations is not None:
+        for name, parametrization in parametrizations.named_children():
+            if _is_weight_name(name):
+                found.extend(p for p in parametrization._parameters.values() if isinstance(p, nn.Parameter))
+    return found
+
+
+def _is_weight_name(name: str) -> bool:
+    return name == "weight" or name.startswith("weight_") or name.endswith("_weight")
 
 
 @dataclasses.dataclass
 class WeightedLayer:
+    """A layer with weights: ``params``, one or several (an LSTM's), reduced together by every statistic."""
+
     name: str
     module: nn.Module
-    param: nn.Parameter
+    params: list[nn.Parameter]
+
+    @property
+    def param(self) -> nn.Parameter:
+        """The first weight (the only one of most layers)."""
+        return self.params[0]
+
+    @property
+    def size(self) -> int:
+        """How many values its weights hold together."""
+        return sum(param.numel() for param in self.params)
 
 
 @dataclasses.dataclass
@@ -74,8 +98,10 @@ class Scope:
         """``modules`` is ``dict(model.named_modules())`` when the caller has it already (Xray's capture)."""
         self.modules = dict(model.named_modules()) if modules is None else modules
         called = list(graph.layers)
-        #: Every layer name, in dataflow order (first calls), then modules the forward never calls.
-        self.order = called + [name for name in self.modules if name and name not in graph.layers]
+        #: Every layer name, in dataflow order (first calls); a module the forward never calls itself
+        #: (``nn.MultiheadAttention``'s ``out_proj``, whose weight its parent uses) right after its
+        #: nearest called ancestor, the others at the end.
+        self.order = _dataflow_order(called, self.modules)
         self.weighted: list[WeightedLayer] = []
         self.refresh_weights()
         self.activations = [
@@ -90,10 +116,18 @@ class Scope:
     def refresh_weights(self) -> None:
         """Find the weight parameters again (after pruning replaced ``weight`` by ``weight_orig``)."""
         self.weighted = [
-            WeightedLayer(name, self.modules[name], param)
+            WeightedLayer(name, self.modules[name], params)
             for name in self.order
-            if (param := weight_parameter(self.modules[name])) is not None
+            if (params := weight_parameters(self.modules[name]))
         ]
+
+    def replaced(self) -> bool:
+        """Whether a layer's weights are other parameter objects now than when last found
+        (``load_state_dict(..., assign=True)``, a parameter set anew)."""
+        return any(
+            len(found := weight_parameters(layer.module)) != len(layer.params) or any(a is not b for a, b in zip(found, layer.params))
+            for layer in self.weighted
+        )
 
     def _activation_layer(self, name: str, source: ActivationSource, graph: Graph) -> ActivationLayer:
         module = self.modules[name]
@@ -113,6 +147,24 @@ class Scope:
             last_dim_units=layer_type in _LAST_DIM_UNITS,
             prunable=_why_not_prunable(name, module, source, activation, graph),
         )
+
+
+def _dataflow_order(called: list[str], modules: dict[str, nn.Module]) -> list[str]:
+    known = set(called)
+    after: dict[str, list[str]] = {}
+    rest: list[str] = []
+    for name in modules:
+        if not name or name in known:
+            continue
+        ancestor = name
+        while "." in ancestor and ancestor not in known:
+            ancestor = ancestor.rsplit(".", 1)[0]
+        (after.setdefault(ancestor, []) if ancestor in known else rest).append(name)
+    order: list[str] = []
+    for name in called:
+        order.append(name)
+        order.extend(after.get(name, ()))
+    return order + rest
 
 
 def _why_not_prunable(name: str, module: nn.Module, source: ActivationSource, activation: str, graph: Graph) -> Optional[str]:

@@ -31,6 +31,7 @@ import torch
 
 from xray_tb.health import reductions
 from xray_tb.health.nonfinite import FlagRows
+from xray_tb.health.stats.base import stored_values
 
 
 class NonFiniteSentinel:
@@ -54,13 +55,17 @@ class NonFiniteSentinel:
             if self._on_cpu:  # the common CPU case first, with as little Python as possible
                 total, seen = 0.0, False
                 for g in grads:  # one reduction per gradient, added up on the host: no stack, no allocation
-                    if g is not None and g.layout == torch.strided:  # sparse ones: at measured iterations
+                    if g is not None:
+                        if g.layout != torch.strided:  # a sparse one (nn.Embedding(sparse=True)): what it stores
+                            g = stored_values(g)
+                            if g is None:
+                                continue
                         total += float(g.sum(dtype=torch.float32))  # a float16 sum would overflow
                         seen = True
                 if not seen or math.isfinite(total):
                     return  # no gradient yet (weights are then checked at measured iterations), or all finite
-            tensors = [*weights, *grads]
-            positions = [i for i, t in enumerate(tensors) if t is not None and t.layout == torch.strided and t.numel()]
+            tensors = [*weights, *[None if g is None else stored_values(g) for g in grads]]
+            positions = [i for i, t in enumerate(tensors) if t is not None and t.numel()]
             checked = [tensors[i] for i in positions]
             if not checked:
                 return

@@ -46,11 +46,13 @@ class TrainingHealth:
                                 reductions=recording.reductions)
         if optimizer is not None:
             monitor.watch_optimizer(optimizer, lambda: None if recording.closed else recording.next_step, Hook, self.iteration)
-        elif not any(is_sharded(layer.param) for layer in monitor.scope.weighted):
+        elif not any(is_sharded(param) for layer in monitor.scope.weighted for param in layer.params):
             # Iterations between take_graphs() calls, from the optimizer that steps the model.
             self._follower = IterationFollower([layer.param for layer in monitor.scope.weighted],
-                                               lambda step: self.iteration(step, activations=False), recording.next_step)
+                                               lambda step: self.iteration(step, activations=False), recording.next_step,
+                                               [layer.module for layer in monitor.scope.weighted], self._weights_replaced)
             recording.on_release(self._follower.remove)
+            monitor.on_weights_changed = self._rebind_follower
         recording.on_release(monitor.close)
         recording.pause_with_recorder(monitor.activation_hooks)
         self.monitor = monitor
@@ -73,6 +75,17 @@ class TrainingHealth:
                 raise  # the ranks disagree: going on would hang or mix their statistics
             except Exception as error:  # noqa: BLE001 - training health must never crash training
                 _failed(self._warned, "measuring", step, error)
+
+    def _weights_replaced(self) -> None:
+        """The follower's marker is no longer the model's parameter: find the weights again."""
+        if self.monitor is not None:
+            self.monitor.refresh_weights()
+
+    def _rebind_follower(self) -> None:
+        """The monitor found the weights again (pruning, replaced parameters): so does the follower."""
+        if self.monitor is not None and self._follower is not None:
+            weighted = self.monitor.scope.weighted
+            self._follower.rebind([layer.param for layer in weighted], [layer.module for layer in weighted])
 
     def arm_for(self, step: int) -> None:
         if self.monitor is not None:

@@ -83,8 +83,9 @@ neither.
 
 What becomes a node
 -------------------
-- Leaves are modules without children plus the atomic types ``nn.MultiheadAttention`` and
-  ``nn.RNNBase`` (``LSTM``, ``GRU``, ``RNN``). A leaf call is one module node per call; nothing
+- Leaves are modules without children (a parametrized module's ``parametrizations`` aside: a
+  ``Linear`` under ``torch.nn.utils.parametrizations.orthogonal`` is a leaf) plus the atomic types
+  ``nn.MultiheadAttention`` and ``nn.RNNBase`` (``LSTM``, ``GRU``, ``RNN``). A leaf call is one module node per call; nothing
   inside it becomes a node. Any other module with children (``nn.Sequential``,
   ``nn.TransformerEncoderLayer``, custom blocks) is a container: a group whose submodule
   calls and functional ops are nodes with ``parent`` set to it.
@@ -191,8 +192,12 @@ def _shape(tensor: torch.Tensor) -> list[int]:
 
 
 def _is_leaf(module: nn.Module) -> bool:
-    """True when ``module`` is traced as one node (no children, or an atomic type)."""
-    return isinstance(module, ATOMIC_TYPES) or next(module.children(), None) is None
+    """True when ``module`` is traced as one node: no children but its parametrizations
+    (``torch.nn.utils.parametrize``: a ``weight`` computed from others), or an atomic type."""
+    if isinstance(module, ATOMIC_TYPES):
+        return True
+    children = module._modules
+    return not children or (len(children) == 1 and "parametrizations" in children)
 
 
 def _version(tensor: torch.Tensor) -> int | None:

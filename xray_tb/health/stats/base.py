@@ -27,7 +27,9 @@ from xray_tb.health.scope import ActivationLayer
 
 @dataclasses.dataclass
 class IterationView:
-    """The weights and their gradients at one iteration, one entry per weighted layer."""
+    """The weights and their gradients at one iteration, one entry per weight: most layers have one, a
+    layer with several (an LSTM) has one entry for each, combined per layer by the column's
+    ``shard_ops`` (:mod:`xray_tb.health.pieces`)."""
 
     weights: list[torch.Tensor]
     grads: list[Optional[torch.Tensor]]
@@ -96,9 +98,26 @@ class ActivationStatistic(Statistic):
 
 
 def present(tensors: list[Optional[torch.Tensor]]) -> tuple[list[int], list[torch.Tensor]]:
-    """The indices and tensors of the entries that are dense tensors (gradients may be None or sparse)."""
-    indices = [i for i, t in enumerate(tensors) if t is not None and t.layout == torch.strided]
-    return indices, [tensors[i] for i in indices]
+    """The indices of the entries that hold values (gradients may be None), and those values: a dense
+    tensor itself, a sparse one's (``nn.Embedding(sparse=True)``) as :func:`stored_values` gives them."""
+    indices, values = [], []
+    for i, t in enumerate(tensors):
+        if t is not None and (t.layout == torch.strided or (t := stored_values(t)) is not None):
+            indices.append(i)
+            values.append(t)
+    return indices, values
+
+
+def stored_values(tensor: torch.Tensor) -> Optional[torch.Tensor]:
+    """The values a sparse COO tensor stores, each index once (coalesced: duplicates added, as the dense
+    tensor holds them; the size of what is stored, not of the tensor): sums, norms and extremes over
+    them are those of the whole tensor, whose other values are zeros. The tensor itself when dense;
+    None for another layout."""
+    if tensor.layout == torch.strided:
+        return tensor
+    if tensor.layout == torch.sparse_coo:
+        return tensor.coalesce().values()
+    return None
 
 
 def scatter(values: list[torch.Tensor], indices: list[int], size: int) -> list[Optional[torch.Tensor]]:

@@ -1,0 +1,213 @@
+"""Every weight that trains is covered by training health, and the iterations keep being counted when
+training changes under Xray: layers with several weights (LSTM, GRU, MultiheadAttention), weight-normed
+and other parametrized layers, sparse gradients, a first layer frozen mid-run, a trunk added to the
+optimizer later, parameters replaced by ``load_state_dict(..., assign=True)``. At the default pace, with
+``take_graphs(step)`` every 10 steps as in the README."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.nn.utils import parametrizations
+
+from xray_tb import Xray, open_run
+from xray_tb.health import HealthOptions, NonFinite
+
+
+class Recurrent(nn.Module):
+    def __init__(self, kind: type):
+        super().__init__()
+        self.inp = nn.Linear(6, 8)
+        self.rnn = kind(8, 8, num_layers=2, batch_first=True)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        out, _ = self.rnn(torch.tanh(self.inp(x)))
+        return self.head(out[:, -1])
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(6, 8)
+        self.mha = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.inp(x)
+        return self.head(self.mha(h, h, h)[0].mean(dim=1))
+
+
+def _train(model, batch, steps, *, plant=None, before=None, optimizer=None, calls_every=10, **options):
+    """Train with the README loop; ``plant(step, model)`` writes into the model after the backward."""
+    generator = torch.Generator().manual_seed(0)
+    optimizer = optimizer or torch.optim.SGD(model.parameters(), lr=0.05)
+    xray = Xray(model, batch(generator), logdir=options.pop("logdir"), **options)
+    grads = {}
+    with xray:
+        for step in range(steps):
+            if before is not None:
+                before(step, model, optimizer)
+            optimizer.zero_grad()
+            x = batch(generator)
+            F.cross_entropy(model(x), torch.randint(0, 3, (x.shape[0],), generator=generator)).backward()
+            grads[step] = {name: p.grad.to_dense().clone() for name, p in model.named_parameters() if p.grad is not None}
+            if plant is not None:
+                plant(step, model)
+            if step % calls_every == 0:
+                xray.take_graphs(step)
+            optimizer.step()
+        found = xray.first_nonfinite
+    return found, grads
+
+
+def _sequences(generator):
+    return torch.randn(4, 5, 6, generator=generator)
+
+
+@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU])
+def test_a_nan_in_a_recurrent_weight_is_named_at_its_step_and_layer_and_its_gradient_norm_covers_every_weight(tmp_path, kind):
+    torch.manual_seed(0)
+    model = Recurrent(kind)
+
+    def plant(step, model):
+        if step == 13:
+            with torch.no_grad():
+                model.rnn.weight_hh_l1[0, 0] = math.nan
+
+    found, grads = _train(model, _sequences, 20, plant=plant, logdir=str(tmp_path), health=HealthOptions(every=1))
+    assert found == NonFinite(step=13, layer="rnn", kind="weight")
+    layers, steps, values = open_run(tmp_path).health("grad_l2")
+    names = [n for n, _ in model.rnn.named_parameters() if n.startswith("weight")]
+    expected = [math.sqrt(sum(float(grads[s][f"rnn.{n}"].double().square().sum()) for n in names)) for s in range(5)]
+    np.testing.assert_allclose(values[layers.index("rnn"), :5], expected, rtol=1e-5)
+
+
+def test_an_infinite_gradient_of_attention_in_projection_is_named_in_that_layer(tmp_path):
+    torch.manual_seed(0)
+    model = Attention()
+
+    def plant(step, model):
+        if step == 23:
+            model.mha.in_proj_weight.grad[0, 0] = math.inf
+
+    found, _ = _train(model, _sequences, 30, plant=plant, logdir=str(tmp_path))
+    assert found == NonFinite(step=23, layer="mha", kind="weight_grad")
+    layers = open_run(tmp_path).health("grad_l2")[0]
+    assert layers.index("mha.out_proj") == layers.index("mha") + 1  # out_proj is used by its parent, not called
+
+
+def _mlp(*layers):
+    return nn.Sequential(nn.Linear(6, 16), nn.ReLU(), *layers, nn.ReLU(), nn.Linear(16, 3))
+
+
+def _rows(generator):
+    return torch.randn(16, 6, generator=generator)
+
+
+def test_a_weight_normed_layer_is_covered_by_both_of_its_weights(tmp_path):
+    torch.manual_seed(0)
+    model = _mlp(parametrizations.weight_norm(nn.Linear(16, 16)))
+    found, grads = _train(model, _rows, 12, logdir=str(tmp_path), health=HealthOptions(every=1))
+    assert found is None
+    layers, steps, values = open_run(tmp_path).health("grad_l2")
+    keys = ["2.parametrizations.weight.original0", "2.parametrizations.weight.original1"]
+    expected = [math.sqrt(sum(float(grads[s][k].double().square().sum()) for k in keys)) for s in range(12)]
+    np.testing.assert_allclose(values[layers.index("2"), :12], expected, rtol=1e-5)
+
+
+def test_a_spectral_normed_layer_is_a_layer_whose_weight_is_recorded_without_changing_the_model(tmp_path):
+    torch.manual_seed(0)
+    model = _mlp(parametrizations.spectral_norm(nn.Linear(16, 16)))
+    x = torch.randn(16, 6)
+    with Xray(model, x, logdir=str(tmp_path), plan={"2": {"weight": True, "output": True}}) as xray:
+        F.cross_entropy(model(x), torch.zeros(16, dtype=torch.long)).backward()
+        buffers = {name: b.clone() for name, b in model.named_buffers()}
+        xray.take_graphs(0)
+        for name, b in model.named_buffers():  # the power iteration's vectors: reading the weight ran none
+            assert torch.equal(b, buffers[name]), name
+    run = open_run(tmp_path)
+    np.testing.assert_allclose(run.load("2", "weight", 0)[0].numpy(), model[2].weight.detach().numpy(), rtol=1e-6)
+    assert [node["type"] for node in run.architecture["nodes"] if node.get("module") == "2"] == ["Linear"]
+
+
+def test_sparse_embedding_gradients_are_measured_and_checked(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(50, 8, sparse=True), nn.Flatten(), nn.Linear(32, 3))
+
+    def plant(step, model):
+        if step == 17:
+            grad = model[0].weight.grad.coalesce()
+            values = grad.values().clone()
+            values[0, 0] = math.inf
+            model[0].weight.grad = torch.sparse_coo_tensor(grad.indices(), values, grad.shape, check_invariants=True)
+
+    tokens = lambda generator: torch.randint(0, 50, (4, 4), generator=generator)
+    found, grads = _train(model, tokens, 20, plant=plant, logdir=str(tmp_path), health=HealthOptions(every=1))
+    assert found == NonFinite(step=17, layer="0", kind="weight_grad")
+    run = open_run(tmp_path)
+    for stat, reference in (("grad_l2", lambda g: g.norm()), ("grad_l1", lambda g: g.abs().sum()), ("grad_mean", lambda g: g.mean()),
+                            ("grad_absmax", lambda g: g.abs().max())):
+        layers, steps, values = run.health(stat)
+        np.testing.assert_allclose(values[layers.index("0"), :5], [float(reference(grads[s]["0.weight"].double())) for s in range(5)],
+                                   rtol=1e-5, err_msg=stat)
+
+
+def test_freezing_the_first_layer_mid_run_keeps_every_iteration_checked(tmp_path):
+    torch.manual_seed(0)
+    model = _mlp(nn.Linear(16, 16))
+
+    def before(step, model, optimizer):
+        if step == 10:
+            model[0].requires_grad_(False)
+        if step == 23:
+            with torch.no_grad():
+                model[2].weight[0, 0] = math.nan
+
+    found, _ = _train(model, _rows, 30, before=before, logdir=str(tmp_path), health=HealthOptions(every=1))
+    assert found == NonFinite(step=23, layer="2", kind="weight")
+    layers, steps, values = open_run(tmp_path).health("grad_l2")
+    assert steps.tolist()[:23] == list(range(23))
+
+
+def test_a_trunk_added_to_the_optimizer_later_is_followed_from_the_next_call(tmp_path):
+    torch.manual_seed(0)
+    model = _mlp(nn.Linear(16, 16))
+    head = torch.optim.SGD([*model[2].parameters(), *model[4].parameters()], lr=0.05)
+
+    def before(step, model, optimizer):
+        if step == 20:
+            optimizer.add_param_group({"params": list(model[0].parameters())})
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _train(model, _rows, 40, before=before, optimizer=head, logdir=str(tmp_path), health=HealthOptions(every=1))
+    assert not [w for w in caught if "no torch.optim optimizer" in str(w.message)]
+    steps = open_run(tmp_path).health("grad_l2")[1].tolist()
+    assert steps == [0] + list(range(10, 40))  # followed from the first call that found backwards uncounted
+
+
+def test_parameters_replaced_by_load_state_dict_with_assign_are_found_again(tmp_path):
+    torch.manual_seed(0)
+    model = _mlp(nn.Linear(16, 16))
+    saved = {}
+
+    def before(step, model, optimizer):
+        if step == 5:
+            saved.update({k: v.clone() for k, v in model.state_dict().items()})
+        if step == 15:
+            model.load_state_dict(saved, assign=True)
+            optimizer.param_groups[0]["params"] = list(model.parameters())
+        if step == 27:
+            with torch.no_grad():
+                model[2].weight[0, 0] = math.nan
+
+    found, _ = _train(model, _rows, 30, before=before, logdir=str(tmp_path), health=HealthOptions(every=1))
+    assert found == NonFinite(step=27, layer="2", kind="weight")
+    assert open_run(tmp_path).health("grad_l2")[1].tolist()[:27] == list(range(27))
