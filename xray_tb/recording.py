@@ -21,7 +21,7 @@ from torch import nn
 
 from xray_tb.capture.shared_reductions import SharedReductions
 from xray_tb.capture.hooks import Hook, TapRecorder
-from xray_tb.io.reader import last_recorded_step
+from xray_tb.io.reader import earlier_run
 from xray_tb.io import remote_event_file
 from xray_tb.io.remote_event_file import CLOSE_TIMEOUT, UploadIncompleteError, UploadWarning
 from xray_tb.io.sink import EventSink
@@ -41,6 +41,8 @@ class Recording:
         self.logdir: Optional[str] = None if sink is None else sink.logdir
         #: The step the next training step is filed under (optimizer steps, or take_graphs() calls).
         self.next_step = 0
+        #: The findings an earlier process wrote in this run directory (a resumed run), or None.
+        self.earlier_findings: Optional[list[dict]] = None
         #: The tap recorder of the plan in force (set by the capture when it installs a plan).
         self.recorder: Optional[TapRecorder] = None
         #: Reductions of the step's tensors, shared by the frames' statistics and training health.
@@ -162,12 +164,15 @@ def release_on_collection(recording: Recording) -> None:
         warnings.warn(str(error), UploadWarning, stacklevel=2)
 
 
-def warn_about_earlier_captures(logdir: str) -> None:
-    """Warn once when the run directory already holds Xray captures (a resumed or repeated run)."""
-    previous = last_recorded_step(logdir)
+def warn_about_earlier_captures(logdir: str) -> Optional[list[dict]]:
+    """Warn once when the run directory already holds Xray captures (a resumed or repeated run); the
+    findings the earlier process wrote last, if any (training health carries over those from before
+    the steps it records again)."""
+    previous, findings = earlier_run(logdir)
     if previous is not None:
         warnings.warn(
             f"{logdir!r} already holds Xray captures up to step {previous}; a step recorded again replaces the earlier "
             "one (the last write wins). Give each run its own logdir to keep both",
             stacklevel=3,
         )
+    return findings

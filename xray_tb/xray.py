@@ -145,7 +145,7 @@ class Xray:
                                  budget_bytes=budget_bytes, layer_scalars=layer_scalars, probe=probe, loss_fn=loss_fn, group=group)
         first_plan = self._capture.prepare(self.draft_plan() if plan is None else plan)
         if self._writes:
-            warn_about_earlier_captures(logdir if writer is None else writer.log_dir)
+            recording.earlier_findings = warn_about_earlier_captures(logdir if writer is None else writer.log_dir)
             recording.open(EventSink(logdir=logdir, writer=writer))
         else:  # another rank writes: this one only takes part in training health
             recording.open(distributed.NullSink(logdir if writer is None else writer.log_dir))

@@ -113,3 +113,40 @@ def test_both_loaders_serve_health_and_findings(tmp_path, loader):
     assert ("nonfinite", "2", 20) in [(f["rule"], f["layer"], f["step"]) for f in findings["findings"]]
     assert "xray/grad_norm" in scalar_tags  # in the Scalars tab, next to the loss
     assert not [tag for tag in scalar_tags if tag.startswith(("xray_health", "xray_stats/"))]  # layer_scalars=False
+
+
+def test_a_resumed_run_shows_the_findings_of_what_it_shows(tmp_path):
+    """Attempt 1 has dead units from the start and a NaN at step 20, then crashes; attempt 2 resumes from
+    the step-15 checkpoint into the same run, healthy. The NaN of the steps recorded again is gone; the
+    dead units first seen before them stay, held until the resumed steps at most."""
+    run = tmp_path / "run"
+    model = relu_mlp()
+    with torch.no_grad():
+        model[0].bias[:8] = -100.0  # 8 of 32 units never fire
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Xray(model, input_size=(16,), logdir=str(run), every=10, health=HealthOptions(activations=1)) as xray:
+        for step, (x, y) in enumerate(batches(23)):
+            if step == 20:
+                with torch.no_grad():
+                    model[2].weight[0, 0] = float("nan")
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            xray.take_graphs(step)
+            optimizer.step()
+    assert {f.rule for f in open_run(run).findings()} == {"dead_units", "nonfinite"}
+
+    model = relu_mlp(seed=1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.warns(UserWarning, match="already holds Xray captures up to step 20"):
+        xray = Xray(model, input_size=(16,), logdir=str(run), every=10)
+    with xray:
+        for step, (x, y) in zip(range(15, 40), batches(25, seed=1)):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            xray.take_graphs(step)
+            optimizer.step()
+    found = [(f.rule, f.layer, f.step) for f in open_run(run).findings()]
+    assert found == [("dead_units", "0", 7)]  # the window of 8 health steps filled
+    assert open_run(run).findings()[0].last_step < 15
+    code, body = get(serve(tmp_path), "/findings", run="run")
+    assert code == 200 and [(f["rule"], f["layer"], f["step"]) for f in body["findings"]] == found

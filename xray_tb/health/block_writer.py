@@ -36,7 +36,10 @@ class BlockWriter:
 
     def __init__(self, sink: EventSink, scope: Scope, rules: list[Rule], layer_scalars: bool,
                  iteration_families: list[IterationStatistic], activation_families: list[ActivationStatistic],
-                 checks: ForwardChecks, sentinel: NonFiniteSentinel):
+                 checks: ForwardChecks, sentinel: NonFiniteSentinel, earlier_findings: Optional[list[dict]] = None):
+        """``earlier_findings``: those an earlier process wrote in the run (resumed): the ones first seen
+        before the first step this one writes are kept, and the list is written at the first block,
+        so that findings of steps recorded again (a crashed attempt's NaN) are gone."""
         self.sink: Optional[EventSink] = sink
         self.layer_scalars = layer_scalars
         self.first_nonfinite: Optional[NonFinite] = None
@@ -50,7 +53,8 @@ class BlockWriter:
         self._prune_plan = model_scalars.PrunePlan()
         self._epochs = EpochAccumulator()
         self._epoch = 0
-        self._findings_version = 0
+        self._earlier = earlier_findings
+        self._findings_version = 0  # the step of a findings list: the highest is current, across processes
 
     def write(self, iterations: Optional[Block], activations: Optional[Block], vectors: list, last_step: int) -> None:
         """Locate, judge and write one block (nothing to write: no event); ``last_step`` is the step of
@@ -63,6 +67,10 @@ class BlockWriter:
             return
         series = writing.block_series(iterations, self._iteration_families)
         activation_series = writing.block_series(activations, self._activation_families)
+        if self._earlier is not None:
+            firsts = [int(block.steps.min()) for block in (iterations, activations) if block is not None and len(block)]
+            self._book.inherit(self._earlier, min(firsts, default=last_step))
+            self._earlier = None
         self._judge(iterations, series, activations, activation_series)
         for stat, entry in series.items():
             self._epochs.add(stat, entry.layers, entry.values, entry.absent)
@@ -80,9 +88,10 @@ class BlockWriter:
             events.append(plan)
         if self._book.changed:
             findings = [finding.to_dict() for finding in self._book.findings()]
+            # milliseconds since the epoch, at least one more each write: a later process's list is current
+            self._findings_version = max(self._findings_version + 1, int(now * 1000))
             events.append(event_pb2.Event(step=self._findings_version, wall_time=now, summary=health_metadata.findings_summary(findings)))
             events.append(model_scalars.findings_count_event(last_step, now, len(findings)))
-            self._findings_version += 1
             self._book.written()
         for event in events:
             self.sink.add_event(event)

@@ -67,6 +67,23 @@ class FindingBook:
     def findings(self) -> list[Finding]:
         return [dataclasses.replace(finding) for finding in self._by_key.values()]
 
+    def inherit(self, earlier: list[dict[str, Any]], before: int) -> None:
+        """Keep the findings of an earlier process first seen before step ``before`` (the steps from
+        ``before`` on are recorded again), ahead of this one's; marks the book changed either way."""
+        kept = {}
+        for data in earlier:
+            try:
+                finding = Finding.from_dict(data)
+            except TypeError:
+                continue
+            if isinstance(finding.step, int) and finding.step < before:
+                if finding.last_step is not None and finding.last_step >= before:
+                    finding.last_step = before - 1  # held until the resumed steps at least
+                kept[(finding.rule, finding.layer)] = finding
+        kept.update(self._by_key)
+        self._by_key = kept
+        self.changed = True
+
     def written(self) -> None:
         self.changed = False
 

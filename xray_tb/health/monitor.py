@@ -49,7 +49,8 @@ from xray_tb.sharding import is_sharded
 class HealthMonitor:
     def __init__(self, model: nn.Module, graph: Graph, options: HealthOptions, sink: EventSink,
                  capture_due: Callable[[int], bool], first_step: int = 0, layer_scalars: bool = False, group: Optional[Group] = None,
-                 modules: Optional[dict[str, nn.Module]] = None, reductions: Optional[SharedReductions] = None):
+                 modules: Optional[dict[str, nn.Module]] = None, reductions: Optional[SharedReductions] = None,
+                 earlier_findings: Optional[list[dict]] = None):
         self.options = options
         self._reductions = SharedReductions() if reductions is None else reductions  # shared with the frames' statistics
         self._group = group  # under torch.distributed: activation statistics combine every rank's batch
@@ -77,7 +78,8 @@ class HealthMonitor:
         self._sentinel = NonFiniteSentinel(self._pieces.names)
         self._shards = ShardedHealth.of(group, self._pieces.weights, self._sentinel)  # FSDP
         self._writer = BlockWriter(sink, scope, make_rules(options.rules, options.dead_window), layer_scalars,
-                                   self.iteration_families, self.activation_families, self._checks, self._sentinel)
+                                   self.iteration_families, self.activation_families, self._checks, self._sentinel,
+                                   earlier_findings)
         self._iterations = 0
         self._measured = 0
         self._grads_seen = False  # the last iteration had a gradient

@@ -43,7 +43,7 @@ class TrainingHealth:
             return
         monitor = HealthMonitor(recording.model, recording.graph, options, recording.sink, capture_due,
                                 recording.next_step, layer_scalars=layer_scalars, group=group, modules=modules,
-                                reductions=recording.reductions)
+                                reductions=recording.reductions, earlier_findings=recording.earlier_findings)
         if optimizer is not None:
             monitor.watch_optimizer(optimizer, lambda: None if recording.closed else recording.next_step, Hook, self.iteration)
         elif not any(is_sharded(param) for layer in monitor.scope.weighted for param in layer.params):

@@ -26,7 +26,7 @@ from tensorboard.compat.proto import event_pb2
 from tb_plugin import health_metadata, metadata
 from xray_tb.io import storage
 from xray_tb.io.records import RecordReader
-from xray_tb.io.run_contents import RunContents, StoredFrame, holds_xray_blobs
+from xray_tb.io.run_contents import RunContents, StoredFrame, holds_xray_blobs, xray_blobs
 from tb_plugin.close_matches import close_matches
 
 _MAX_LISTED_STEPS = 10  # an error lists every recorded step up to this many, else the nearest ones
@@ -50,30 +50,41 @@ def open_run(logdir: str | os.PathLike) -> RecordedRun:
 
 
 def last_recorded_step(logdir: str | os.PathLike) -> Optional[int]:
-    """The highest step at which the event files directly in ``logdir`` hold an Xray frame.
+    """The highest step at which the event files directly in ``logdir`` hold an Xray frame; None when
+    ``logdir`` does not exist or holds no Xray frame (see :func:`earlier_run`)."""
+    return earlier_run(logdir)[0]
+
+
+def earlier_run(logdir: str | os.PathLike) -> tuple[Optional[int], Optional[list[dict]]]:
+    """What an earlier process left in ``logdir``: the highest step with an Xray frame, and the
+    findings it wrote last (as dicts), each None when there are none.
 
     Cheap: it parses each event but decodes no frame, and skips damaged records without a warning.
-    It asks which steps exist, not what a step holds, so it keeps nothing: :class:`RunContents` would
-    hold every frame's bytes (a long run's hundreds of megabytes) for a new Xray that needs one number.
-
-    Returns:
-        That step; None when ``logdir`` does not exist or holds no Xray frame.
+    It asks which steps exist, not what a step holds, so it keeps nothing but the findings:
+    :class:`RunContents` would hold every frame's bytes (a long run's hundreds of megabytes) for a
+    new Xray that needs a number and a short list.
     """
     logdir = os.fspath(logdir)
     if not storage.isdir(logdir):
-        return None
-    last = None
+        return None, None
+    last, findings = None, None
     for path in storage.event_files(logdir):
         for record in RecordReader(path, warn=False).read():
             try:
                 event = event_pb2.Event.FromString(record.data)
             except DecodeError:
                 continue
-            if (last is None or event.step > last) and any(
-                metadata.parse_frame_tag(value.tag) and holds_xray_blobs(value) for value in event.summary.value
-            ):
-                last = event.step
-    return last
+            for value in event.summary.value:
+                if value.tag == health_metadata.FINDINGS_TAG and holds_xray_blobs(value):
+                    blobs = xray_blobs(value)
+                    if blobs:
+                        findings = blobs[0]  # the last written is current
+                elif (last is None or event.step > last) and metadata.parse_frame_tag(value.tag) and holds_xray_blobs(value):
+                    last = event.step
+    try:
+        return last, None if findings is None else health_metadata.decode_findings(findings)
+    except (ValueError, TypeError, AttributeError):  # damaged: nothing to carry over
+        return last, None
 
 
 _KEPT_RUNS = 8  # runs kept by read_contents()
