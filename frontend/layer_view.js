@@ -197,7 +197,6 @@ export class LayerView {
     if (this.wanted.get(panel) !== key) return;
     this.errors.clear(source);
     this.draw(panel, frame, requested, this.availableWidth());
-    this.updateDiff(this.sections.get(kind), requested, this.availableWidth());
   }
 
   async draw(panel, frame, requested, width) {
@@ -214,6 +213,7 @@ export class LayerView {
     panel.showFrame(frame, requested, width, range);
     this.markDead(panel, frame);
     if (panel === this.firstPanel()) this.onWallTime(frame.wall_time);
+    this.updateDiff(this.sections.get(panel.kind), requested, width); // drawn after a wait for ranges too
   }
 
   /** Outlines the dead units (health at the frame's step) of a run's output or activation panel. */
@@ -237,7 +237,8 @@ export class LayerView {
     const fa = a.element.dataset.state === 'ready' ? a.frame : null;
     const fb = b.element.dataset.state === 'ready' ? b.frame : null;
     if (!fa || !fb) {
-      section.diff.showNotRecorded(requested, 'Waiting for both runs’ frames.');
+      const absent = [a, b].find((p) => p.element.dataset.state === 'missing' || p.element.dataset.state === 'error');
+      section.diff.showNotRecorded(requested, absent ? `No difference view: ${absent.run} has no frame to compare here.` : 'Waiting for both runs’ frames.');
       return;
     }
     const blocker = differenceBlocker(fa, fb);

@@ -276,6 +276,14 @@ def test_4_runs_side_by_side_follow_one_timeline(url, page):
     expect(legend).to_contain_text("blocks.2")
 
 
+def test_4_the_difference_view_draws_with_colours_fixed_over_the_timeline(url, page):
+    """With fixed colours a panel is drawn once its run's ranges arrive, after the frame: the difference
+    view follows it then, as it does with per-frame colours."""
+    frame = open_tab(page, url, f"&p.xray.run={MAIN},{OTHER}&p.xray.view=layer&p.xray.layer=stem&p.xray.kind=weight&p.xray.scale=fixed")
+    expect(frame.locator("#xray-layer-title")).to_have_text("stem")
+    expect(frame.locator('.xray-panel.xray-diff[data-kind="weight"]')).to_have_attribute("data-state", "ready")
+
+
 def test_4_a_layer_one_compared_run_lacks_asks_that_run_for_nothing(url, page):
     """blocks.2 exists only in the wider model: its health charts show, and the run whose model has no
     such layer is not asked for its health (a 404, a console error)."""
