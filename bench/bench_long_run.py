@@ -12,8 +12,8 @@ For each run and loader it starts ``tensorboard`` on 127.0.0.1 (a free port, sto
 measures over HTTP:
 
 * all steps visible: from the start of TensorBoard until ``/layers`` lists every captured step;
-* ``/layers``, ``/frame`` and ``/health?stat=grad_l2``: median of repeated requests (the first one
-  warms the caches and is reported apart);
+* ``/layers``, ``/frame``, ``/health?stat=grad_l2`` and ``/ranges`` (the colour range over the timeline):
+  median of repeated requests (the first one warms the caches and is reported apart);
 * ``/frame_bin``: median and max over ``--frames`` distinct (layer, kind, step) frames, none asked twice;
 * TensorBoard's resident memory: the sum over its process tree (the data server included);
 * event bytes per capture: the run's event files over the number of captures.
@@ -136,6 +136,7 @@ def measure(logdir: Path, run: str, captures: int, loader: str, args) -> dict:
         result["frame_bin_median"], result["frame_bin_max"] = statistics.median(times), max(times)
         _, result["frame"] = warm_median(f"{base}/frame?run={run}&layer={layer_names[0]}&kind=weight&step={captures // 2}", args.repeats)
         result["health_first"], result["health"] = warm_median(f"{base}/health?run={run}&stat=grad_l2", args.repeats)
+        result["ranges_first"], result["ranges"] = warm_median(f"{base}/ranges?run={run}&layer={layer_names[0]}", args.repeats)
         result["rss_mib"] = tree_rss_mib(tensorboard_pid(url))
         return result
 
@@ -199,14 +200,15 @@ def main(argv=None) -> None:
             rows.append((captures, size, loader, result))
             print(f"{run} {loader}: {json.dumps({k: round(v, 1) for k, v in result.items()})}", flush=True)
     print()
-    print("| captures | run size | bytes/capture | loader | all steps visible | /layers | /frame_bin median / max | /frame | /health?stat=grad_l2 | resident memory |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| captures | run size | bytes/capture | loader | all steps visible | /layers | /frame_bin median / max | /frame | /health?stat=grad_l2 | /ranges | resident memory |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for captures, size, loader, r in rows:
         flag = "--load_fast=true" if loader == "rust" else "--load_fast=false"
         print(
             f"| {captures:,} | {size / 1e6:,.0f} MB | {size // captures:,} | `{flag}` | {r['visible_s']:.1f} s | {r['layers']:.0f} ms "
             f"(first {r['layers_first']:.0f}) | {r['frame_bin_median']:.0f} / {r['frame_bin_max']:.0f} ms | {r['frame']:.0f} ms "
-            f"| {r['health']:.0f} ms (first {r['health_first']:.0f}) | {r['rss_mib']:,.0f} MiB |"
+            f"| {r['health']:.0f} ms (first {r['health_first']:.0f}) | {r['ranges']:.0f} ms (first {r['ranges_first']:.0f}) "
+            f"| {r['rss_mib']:,.0f} MiB |"
         )
 
 

@@ -23,7 +23,7 @@ from tensorboard import errors
 from tensorboard.data import provider
 from werkzeug import wrappers
 
-from tb_plugin import frame_stats, frame_transport, gif, metadata, params, responses, routes_common, run_index
+from tb_plugin import frame_ranges, frame_stats, frame_transport, gif, metadata, params, responses, routes_common, run_index
 
 _GIF_FPS = range(1, 31)
 _GIF_FRAMES = range(1, 501)
@@ -37,6 +37,7 @@ class FrameRoutes:
         self._provider = data_provider
         self._reader = reader
         self.index = run_index.RunIndex(data_provider, reader)
+        self._ranges = frame_ranges.FrameRanges(reader)
 
     def apps(self) -> dict:
         return {"/frame": self.frame_route, "/frame_bin": self.frame_bin_route, "/ranges": self.ranges_route, "/gif": self.gif_route}
@@ -91,8 +92,10 @@ class FrameRoutes:
         kinds = [kind for kind in metadata.KINDS if (layer, kind) in index.series]
         if not kinds:
             self.index.series_of(ctx, experiment_id, run, layer, metadata.KINDS[0])  # raises the 404 naming the layers
-        if frame_stats.FRAME_STATS_TAG in self._reader.run_tags(ctx, experiment_id, run):
-            found = self._frame_stats(ctx, experiment_id, run, layer)
+        listed = index.tags.get(frame_stats.FRAME_STATS_TAG)
+        if listed is not None:
+            version = (listed.max_step, listed.max_wall_time, listed.max_length)
+            found = self._ranges.of(ctx, experiment_id, run, layer, kinds, version)
         else:  # written by an Xray that wrote the statistics as scalars only
             found = self._stat_scalars(ctx, experiment_id, run, layer, kinds)
         ranges = {}
@@ -100,16 +103,6 @@ class FrameRoutes:
             lows, highs = found.get(kind, {}).get("min", []), found.get(kind, {}).get("max", [])
             ranges[kind] = {"min": min(lows), "max": max(highs)} if lows and highs else None
         return {"run": run, "layer": layer, "ranges": ranges}
-
-    def _frame_stats(self, ctx, experiment_id: str, run: str, layer: str) -> dict[str, dict[str, list[float]]]:
-        found: dict[str, dict[str, list[float]]] = {}
-        for written in self._reader.all_last_writes(ctx, experiment_id, run, frame_stats.FRAME_STATS_TAG):
-            for name, kind, stats in frame_stats.decode_frame_stats(written.blobs):
-                if name == layer:
-                    for stat in ("min", "max"):
-                        if math.isfinite(stats.get(stat, math.nan)):
-                            found.setdefault(kind, {}).setdefault(stat, []).append(stats[stat])
-        return found
 
     def _stat_scalars(self, ctx, experiment_id: str, run: str, layer: str, kinds: list[str]) -> dict[str, dict[str, list[float]]]:
         tags = {metadata.stat_tag(layer, kind, stat): (kind, stat) for kind in kinds for stat in ("min", "max")}

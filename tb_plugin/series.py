@@ -35,6 +35,7 @@ from tb_plugin import blob_connections, metadata, run_listing, run_names
 BLOB_READERS = 8
 
 _MAX_STEPS = 1_000_000  # points per series asked from the data provider: every captured step
+_GROUP = 256  # points whose blobs are read together on one connection of their own
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,15 +166,42 @@ class SeriesReader:
 
     def all_last_writes(self, ctx, experiment_id: str, run: str, tag: str) -> list[Written]:
         """The last write of every step of ``tag``, steps ascending, read in one pass."""
+        return self.fetch(ctx, run, tag, self.last_points(ctx, experiment_id, run, tag))
+
+    def last_points(self, ctx, experiment_id: str, run: str, tag: str) -> list:
+        """The point of the last write of every step of ``tag``, steps ascending, blobs not read: each
+        has its ``step`` and ``wall_time`` (:meth:`points`)."""
+        by_step = {point.step: point for point in self.points(ctx, experiment_id, run, [tag]).get(tag, [])}  # a later write replaces
+        return [by_step[step] for step in sorted(by_step)]
+
+    def fetch(self, ctx, run: str, tag: str, points: list) -> list[Written]:
+        """The writes of ``points`` (from :meth:`last_points`) with their blobs."""
         if self._multiplexer is not None:
-            by_step = {event.step: event for event in _events(self._multiplexer, run, tag)}  # a later write replaces
-            return [_from_event(by_step[step]) for step in sorted(by_step)]
-        by_step = {datum.step: datum for datum in self.read(ctx, experiment_id, run, [tag]).get(tag, [])}
-        data = [by_step[step] for step in sorted(by_step)]
+            return [_from_event(event) for event in points]
+        grouped = self._fetch_grouped(ctx, points)
+        if grouped is not None:
+            return grouped
         # Blob reads are round trips to the data server: a few at a time overlap their waits.
         fetch = functools.partial(self._fetch, ctx, run, tag)
-        fetched = _blob_readers().map(fetch, data) if len(data) > 1 else map(fetch, data)
+        fetched = _blob_readers().map(fetch, points) if len(points) > 1 else map(fetch, points)
         return [written for written in fetched if written is not None]
+
+    def _fetch_grouped(self, ctx, points: list) -> Optional[list[Written]]:
+        """The writes of ``points`` read in groups of :data:`_GROUP` points on connections of their own
+        (a local data server, :mod:`tb_plugin.blob_connections`); None where that does not apply."""
+        if self.blob_reads.address is None or len(points) < 2:
+            return None
+        written = []
+        for start in range(0, len(points), _GROUP):
+            group = points[start:start + _GROUP]
+            blobs = self.blob_reads.read(ctx, [ref.blob_key for datum in group for ref in datum.values])
+            if blobs is None:
+                return None
+            for datum in group:
+                count = len(datum.values)
+                written.append(Written(datum.step, datum.wall_time, blobs[:count]))
+                blobs = blobs[count:]
+        return written
 
     def _fetch(self, ctx, run: str, tag: str, datum) -> Optional[Written]:
         if datum is None:

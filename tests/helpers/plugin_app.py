@@ -38,7 +38,9 @@ def serve(logdir, *flags):
     ingester = data_ingester.LocalDataIngester(tensorboard.flags)
     ingester.start()
     app = application.TensorBoardWSGIApp(tensorboard.flags, loaders, ingester.data_provider, deprecated_multiplexer=ingester.deprecated_multiplexer)
-    return wtest.Client(app, wrappers.Response)
+    client = wtest.Client(app, wrappers.Response)
+    client.reload = ingester.deprecated_multiplexer.Reload  # read what was written since, as TensorBoard's reload does
+    return client
 
 
 def get(client, path, **params):

@@ -202,3 +202,35 @@ def test_layers_is_encoded_once_per_listing_and_answers_with_or_without_gzip(tmp
         assert layers("gzip")[1]["steps"] == [0, 5, 6, 10]  # a new listing: encoded again
     finally:
         xray.close()
+
+
+def test_ranges_follow_a_run_that_grows_and_a_step_written_again(tmp_path):
+    """/ranges keeps what it read: new captures and a step written again (a resumed run) are read,
+    and the range is that of the last write of every step."""
+    from tests.helpers.plugin_app import get, serve
+
+    def train(steps, scale):
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3))
+        with torch.no_grad():
+            model[0].weight.fill_(scale)
+        with Xray(model, torch.randn(2, 4), logdir=str(tmp_path / "run"), plan={"0": {"weight": True}}, health=False) as xray:
+            for step in steps:
+                model(torch.randn(2, 4)).sum().backward()
+                xray.take_graphs(step)
+
+    def weight_range(client):
+        status, body = get(client, "/ranges", run="run", layer="0")
+        assert status == 200, body
+        return body["ranges"]["weight"]
+
+    train([0, 1], 1.0)
+    client = serve(tmp_path)
+    assert weight_range(client) == {"min": 1.0, "max": 1.0}
+    with pytest.warns(UserWarning, match="already holds Xray captures"):
+        train([1, 2], 5.0)  # step 1 written again, step 2 new
+    client.reload()
+    assert weight_range(client) == {"min": 1.0, "max": 5.0}
+    with pytest.warns(UserWarning, match="already holds Xray captures"):
+        train([0], 5.0)  # the last step still at 1.0 is written again
+    client.reload()
+    assert weight_range(client) == {"min": 5.0, "max": 5.0}

@@ -120,6 +120,7 @@ def reads_per_request(data_provider, multiplexer, run: str, captures: int) -> di
         "/frame_bin other step": lambda: frames.frame_bin_impl(ctx, "", run=run, layer="3", kind="output", step=last - 10),
         "/frame": lambda: frames.frame_impl(ctx, "", run=run, layer="0", kind="activation", step=10),
         "/health": lambda: health.health_impl(ctx, "", run=run, stat="grad_l2"),
+        "/ranges": lambda: frames.ranges_impl(ctx, "", run=run, layer="0"),
     }
     blob_reads = plugin._series.blob_reads
     return {f"{name} {when}": counted.during(request, blob_reads) for name, request in requests.items() for when in ("cold", "warm")}
