@@ -108,3 +108,15 @@ def test_a_closed_xray_still_raises(model, tmp_path):
     xray.close()
     with pytest.raises(RuntimeError, match="this Xray is closed"):
         xray.take_graphs(0)
+
+
+def test_a_step_beyond_what_a_browser_holds_exactly_is_recorded_with_a_warning(model, tmp_path, monkeypatch):
+    from xray_tb.trace import arguments
+
+    monkeypatch.setattr(arguments, "_warned_inexact", False)
+    with Xray(model, **kwargs(tmp_path)) as xray:
+        train_step(model, *batch())
+        with pytest.warns(UserWarning, match=r"step 9007199254740993 is beyond 2\*\*53: .* the Xray tab .* cannot show it exactly"):
+            assert xray.take_graphs(2**53 + 1) == 2**53 + 1
+    frames, _ = read_xray_events(str(tmp_path / "run"))
+    assert sorted(frames) == [("fc1", "output", 2**53 + 1)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import operator
 import os
 import sys
+import warnings
 from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
@@ -38,7 +39,24 @@ def step(value: Any) -> int:
     low, high = STEP_RANGE
     if not low <= number <= high:
         raise ValueError(f"step must fit TensorBoard's int64 steps ({low} to {high}), got {number}")
+    if abs(number) > EXACT_IN_BROWSER and not _warned_inexact:
+        _warn_inexact(number)
     return number
+
+
+#: The largest step a browser holds exactly (JavaScript numbers are float64).
+EXACT_IN_BROWSER = 2**53
+_warned_inexact = False
+
+
+def _warn_inexact(number: int) -> None:
+    global _warned_inexact
+    _warned_inexact = True
+    warnings.warn(
+        f"step {number} is beyond 2**53: it is recorded, and open_run() reads it, but the Xray tab (and TensorBoard's "
+        "own tabs) hold steps as JavaScript numbers and cannot show it exactly; number steps below 2**53",
+        stacklevel=4,
+    )
 
 
 def logdir(value: Any) -> Optional[str]:
