@@ -156,12 +156,10 @@ def decode_vectors(blobs: Sequence[bytes]) -> dict[str, np.ndarray]:
 
 def merge_blocks(blocks: list[Block]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
     """``(layers, steps, values, present)`` from decoded series blocks: layers × steps float32 values
-    (NaN where absent) and bool ``present``; layers in the order first met, steps ascending; a later
-    block wins a step written twice."""
-    layers: dict[str, int] = {}
-    for block in blocks:
-        for layer in block[0]:
-            layers.setdefault(layer, len(layers))
+    (NaN where absent) and bool ``present``; steps ascending; a later block wins a step written twice.
+    Layers in the dataflow order of the latest block (the model as it is now, when a resumed run
+    added a layer), a layer only older blocks have right after the layer before it there."""
+    layers = {layer: index for index, layer in enumerate(_layer_order([block[0] for block in blocks]))}
     steps = np.unique(np.concatenate([block[1] for block in blocks])) if blocks else np.zeros(0, np.int64)
     matrix = np.full((len(layers), len(steps)), np.nan, dtype=np.float32)
     present = np.zeros((len(layers), len(steps)), dtype=bool)
@@ -172,6 +170,28 @@ def merge_blocks(blocks: list[Block]) -> tuple[list[str], np.ndarray, np.ndarray
             matrix[np.ix_(rows, columns)] = np.where(absent, np.nan, values)
             present[np.ix_(rows, columns)] = ~absent
     return list(layers), steps, matrix, present
+
+
+def _layer_order(orders: list[list[str]]) -> list[str]:
+    if not orders:
+        return []
+    newest = orders[-1]
+    seen = set(newest)
+    after: dict = {}  # a layer (None: the start): the layers only older blocks have, that follow it there
+    for order in reversed(orders[:-1]):
+        previous = None
+        for layer in order:
+            if layer not in seen:
+                after.setdefault(previous, []).append(layer)
+                seen.add(layer)
+            previous = layer
+    placed: list[str] = []
+    stack = [*reversed(newest), *reversed(after.get(None, ()))]
+    while stack:
+        layer = stack.pop()
+        placed.append(layer)
+        stack.extend(reversed(after.get(layer, ())))
+    return placed
 
 
 def prune_summary(entries: list[dict[str, Any]]) -> summary_pb2.Summary:

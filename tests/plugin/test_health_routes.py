@@ -150,3 +150,20 @@ def test_a_resumed_run_shows_the_findings_of_what_it_shows(tmp_path):
     assert open_run(run).findings()[0].last_step < 15
     code, body = get(serve(tmp_path), "/findings", run="run")
     assert code == 200 and [(f["rule"], f["layer"], f["step"]) for f in body["findings"]] == found
+
+
+def test_merged_health_lists_layers_in_the_dataflow_of_the_latest_model():
+    """A resumed run whose model gained a layer ("extra", between "conv2" and "fc"): rows in the new
+    model's order; a layer only the earlier model had follows the layer before it there."""
+    from tb_plugin.health_metadata import merge_blocks
+
+    def block(layers, steps):
+        values = np.arange(len(layers) * len(steps), dtype=np.float32).reshape(len(layers), len(steps))
+        return layers, np.asarray(steps, dtype=np.int64), values, np.zeros_like(values, dtype=bool)
+
+    earlier = block(["conv1", "conv2", "gone", "fc"], [0, 10])
+    later = block(["conv1", "conv2", "extra", "fc"], [10, 20])
+    layers, steps, values, present = merge_blocks([earlier, later])
+    assert layers == ["conv1", "conv2", "gone", "extra", "fc"] and steps.tolist() == [0, 10, 20]
+    assert values[layers.index("fc"), 1] == later[2][3, 0]  # the later block wins step 10
+    assert values[layers.index("gone"), 0] == earlier[2][2, 0] and not present[layers.index("extra"), 0]
