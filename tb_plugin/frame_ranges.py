@@ -14,7 +14,7 @@ import collections
 import math
 import threading
 
-from tb_plugin import frame_stats
+from tb_plugin import frame_stats, versioned_cache
 from tb_plugin.series import SeriesReader
 
 RUNS = 16
@@ -28,13 +28,18 @@ class FrameRanges:
         self._reader = reader
         self._runs: collections.OrderedDict = collections.OrderedDict()  # (experiment, run): (version, {(step, wall): Capture})
         self._lock = threading.Lock()
+        self._answers = versioned_cache.VersionedCache(64)  # (experiment, run, layer, kinds): found
 
     def of(self, ctx, experiment_id: str, run: str, layer: str, kinds: list[str], version: tuple) -> dict[str, dict[str, list[float]]]:
         """``{kind: {"min": [...], "max": [...]}}``: the finite minimum and maximum of each capture of
         ``layer`` (the last write of each step); ``version`` changes when the tag gets new data (the
         run's listing has it)."""
+        key = (experiment_id, run, layer, tuple(kinds))
+        found = self._answers.get(key, version)
+        if found is not None:
+            return found
         current = self._captures(ctx, experiment_id, run, version)
-        found: dict[str, dict[str, list[float]]] = {}
+        found = {}
         for capture in current.values():
             for kind in kinds:
                 extremes = capture.get((layer, kind))
@@ -42,6 +47,7 @@ class FrameRanges:
                     entry = found.setdefault(kind, {"min": [], "max": []})
                     entry["min"].append(extremes[0])
                     entry["max"].append(extremes[1])
+        self._answers.put(key, version, found)
         return found
 
     def _captures(self, ctx, experiment_id: str, run: str, version: tuple) -> dict:

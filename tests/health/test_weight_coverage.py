@@ -211,3 +211,30 @@ def test_parameters_replaced_by_load_state_dict_with_assign_are_found_again(tmp_
     found, _ = _train(model, _rows, 30, before=before, logdir=str(tmp_path), health=HealthOptions(every=1))
     assert found == NonFinite(step=27, layer="2", kind="weight")
     assert open_run(tmp_path).health("grad_l2")[1].tolist()[:27] == list(range(27))
+
+
+@pytest.mark.parametrize("remove", [False, True])
+def test_pruning_mid_run_keeps_every_iteration_checked(tmp_path, remove):
+    """prune() renames the weight to weight_orig (or, with remove=True, makes a new parameter): the
+    iterations between take_graphs() calls are still counted, once each."""
+    torch.manual_seed(0)
+    model = _mlp(nn.Linear(16, 16))
+    with torch.no_grad():
+        model[0].bias[:4] = -100.0  # 4 units of the first layer never fire
+
+    def before(step, model, optimizer):
+        if step == 12:
+            entries = xray.prune(dry_run=False, remove=remove)
+            assert any(entry.applied for entry in entries)
+
+    generator = torch.Generator().manual_seed(0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    with Xray(model, _rows(generator), logdir=str(tmp_path), health=HealthOptions(every=1, activations=1)) as xray:
+        for step in range(30):
+            before(step, model, optimizer)
+            optimizer.zero_grad()
+            F.cross_entropy(model(_rows(generator)), torch.randint(0, 3, (16,), generator=generator)).backward()
+            if step % 10 == 0:
+                xray.take_graphs(step)
+            optimizer.step()
+    assert open_run(tmp_path).health("grad_l2")[1].tolist() == list(range(30))

@@ -118,7 +118,10 @@ class IterationFollower:
         """The model's weights were found again: the marker moves to the new first trainable one (held by
         the followed optimizer, else the optimizers are looked at again)."""
         self._bind(weights, modules)
-        if self._marker is None or id(self._marker) in self._ids:
+        if self._marker is None:
+            return
+        if id(self._marker) in self._ids:  # the same parameter, maybe under another name (pruned: weight_orig)
+            self._slot = self._slot_of(self._marker)
             return
         followed = self._followed() if self._followed is not None else None
         if followed is None or not (_held(followed) & self._ids):
@@ -153,12 +156,16 @@ class IterationFollower:
         if self._marker_handle is not None:
             self._marker_handle.remove()
         self._marker = weight
-        self._slot = None
-        if self._modules is not None:
-            module = self._modules[next(i for i, w in enumerate(self._weights) if w is weight)]
-            name = next((name for name, param in module._parameters.items() if param is weight), None)
-            self._slot = None if name is None else (module, name)
+        self._slot = self._slot_of(weight)
         self._marker_handle = weight.register_post_accumulate_grad_hook(Hook(lambda _: _call(self._this, "_backward")))
+
+    def _slot_of(self, weight: torch.nn.Parameter) -> Optional[tuple[torch.nn.Module, str]]:
+        """Where the model holds ``weight``: its module and name (None where unknown)."""
+        if self._modules is None:
+            return None
+        module = self._modules[next(i for i, w in enumerate(self._weights) if w is weight)]
+        name = next((name for name, param in module._parameters.items() if param is weight), None)
+        return None if name is None else (module, name)
 
     def _remark(self) -> bool:
         """The marker was frozen: move it to the first weight still trained (by the followed optimizer,
