@@ -17,12 +17,11 @@ import time
 from typing import Callable, Optional
 
 import torch
-from tensorboard.compat.proto import event_pb2
 from torch import nn
 
 from tb_plugin import health_metadata
-from xray_tb.trace.activations import recompute
 from xray_tb.trace.graph import Graph
+from xray_tb.health import activation_step
 from xray_tb.health.block_writer import BlockWriter
 from xray_tb.health.buffer import RowBuffer
 from xray_tb.health.findings import Finding, NonFinite
@@ -34,16 +33,15 @@ from xray_tb.health.scope import Scope
 from xray_tb.health.sentinel import NonFiniteSentinel
 from xray_tb.health.shards import ShardedHealth
 from xray_tb.health.stats import (
-    ActivationStatistic, ActivationValue, ChannelVariance, DeadUnits, ForwardChecks, GradientStatistics,
+    ActivationStatistic, ChannelVariance, DeadUnits, ForwardChecks, GradientStatistics,
     IterationStatistic, IterationView, Saturation, Statistic, UpdateRatio, WeightNorm,
 )
-from xray_tb.health.stats.histograms import add_weight_histograms
+from xray_tb.health.stats.histograms import weight_histograms_event
 from xray_tb.capture.hooks import TapRecorder
 from xray_tb.capture.shared_reductions import SharedReductions
 from xray_tb.capture.schedules import as_schedule
 from xray_tb.io.sink import EventSink
-from xray_tb.distributed import Group, combine_activations
-from xray_tb.sharding import is_sharded
+from xray_tb.distributed import Group
 
 
 class HealthMonitor:
@@ -147,12 +145,8 @@ class HealthMonitor:
         ago: frequent captures write in fewer, larger blocks)."""
         last = self._histogram_step
         if self.options.histograms and (last is None or step < last or step - last >= self.options.histograms_every):
-            wanted = set(planned)  # a list of thousands of layers: a scan of it per layer was quadratic
-            weights = {layer.name: _flat(layer.params) for layer in self.scope.weighted
-                       if layer.name in wanted and not any(is_sharded(param) for param in layer.params)}
-            if weights:
-                event = event_pb2.Event(step=int(step), wall_time=time.time())
-                add_weight_histograms(event.summary, weights)
+            event = weight_histograms_event(self.scope.weighted, planned, step)
+            if event is not None:
                 self._writer.sink.add_event(event)
                 self._histogram_step = int(step)
         if self._training_seconds_since_flush() >= self.options.flush_seconds:
@@ -205,36 +199,9 @@ class HealthMonitor:
         self._measured += 1
 
     def _measure_activations(self, step: int) -> None:
-        kept = self._recorder.latest
-        scope = self.scope
         with torch.no_grad(), self._reductions:  # inside take_graphs(), the frames reuse what is reduced here
-            values = []
-            for layer in scope.activations:
-                source = kept.get(layer.source.tap)
-                activation = None
-                if source is not None and source.outputs:
-                    tensor = next(iter(source.outputs.values()))
-                    activation = recompute(layer.source.op, dict(layer.source.kwargs), tensor) if layer.source.op else tensor
-                values.append(ActivationValue(layer, activation, _first(kept.get(scope.output_taps[layer.name])), self._reductions))
-            activations = {value.layer.name: value.activation for value in values}
-            outputs = [_first(kept.get(tap)) for tap in scope.output_taps.values()]
-            checked = [activations.get(name) for name in scope.output_taps]
-            if self._group is None:  # the families first: the checks take their maxima from the units' ones
-                results = [family.compute(values, self._nan) for family in self.activation_families]
-                checks = self._checks.compute(outputs, checked)
-            else:
-                checks = self._checks.compute(outputs, checked)
-                shared = combine_activations(self._group, step, self.activation_families, values, checks, self._nan)
-                results = [family.compute(values, self._nan) if result is None else result
-                           for family, result in zip(self.activation_families, shared)]
-            row: list = []
-            vectors: dict = {}
-            for family, result in zip(self.activation_families, results):
-                for column in family.columns:
-                    row.extend(result[column])
-                vectors.update({stat: (family.layers, tensors) for stat, tensors in family.vectors().items()})
-            for column in self._checks.columns:
-                row.extend(checks[column])
+            row, vectors = activation_step.measure(self.scope, self._recorder.latest, self._reductions, self.activation_families,
+                                                   self._checks, self._group, step, self._nan)
             self._activation_rows.add(step, row, self._nan)
         if vectors:
             self._vectors.append((int(step), time.time(), vectors))
@@ -325,11 +292,3 @@ class HealthMonitor:
                 self._optimizer_handle = None
             self._writer.sink = None
 
-
-def _flat(params: list[torch.Tensor]) -> torch.Tensor:
-    """A layer's weights as one tensor (a histogram covers all of them)."""
-    return params[0] if len(params) == 1 else torch.cat([param.detach().reshape(-1) for param in params])
-
-
-def _first(value) -> Optional[torch.Tensor]:
-    return None if value is None or not value.outputs else next(iter(value.outputs.values()))

@@ -25,13 +25,17 @@ a 15,000-module model does not spend seconds on histograms."""
 from __future__ import annotations
 
 import math
+import time
+from typing import Optional
 
 import numpy as np
 import torch
-from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 from tensorboard.plugins.histogram import metadata as histogram_metadata
 
 from tb_plugin import health_metadata
+from xray_tb.health.scope import WeightedLayer
+from xray_tb.sharding import is_sharded
 
 BUCKETS = 30
 #: Layers with more values than this are bucketed from a strided sample of about this many values.
@@ -143,3 +147,20 @@ def _double_tensor(array: np.ndarray) -> tensor_pb2.TensorProto:
     """The TensorProto ``tensor_util.make_tensor_proto(array, dtype=np.float64)`` makes, built directly."""
     shape = tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=n) for n in array.shape])
     return tensor_pb2.TensorProto(dtype=types_pb2.DT_DOUBLE, tensor_shape=shape, tensor_content=np.ascontiguousarray(array, dtype="<f8").tobytes())
+
+
+def weight_histograms_event(layers: list[WeightedLayer], planned: list[str], step: int) -> Optional[event_pb2.Event]:
+    """An event with a histogram of the weights of each planned layer (all of a layer's weights
+    together; sharded ones left out), or None when there is none."""
+    wanted = set(planned)  # a list of thousands of layers: a scan of it per layer was quadratic
+    weights = {layer.name: _flat(layer.params) for layer in layers
+               if layer.name in wanted and not any(is_sharded(param) for param in layer.params)}
+    if not weights:
+        return None
+    event = event_pb2.Event(step=int(step), wall_time=time.time())
+    add_weight_histograms(event.summary, weights)
+    return event
+
+
+def _flat(params: list[torch.Tensor]) -> torch.Tensor:
+    return params[0] if len(params) == 1 else torch.cat([param.detach().reshape(-1) for param in params])
