@@ -15,6 +15,14 @@ import torch
 from torch import nn
 
 
+def has_parameter(module: nn.Module, name: str) -> bool:
+    """Whether ``module`` has a tensor ``name``, found without computing a parametrized one."""
+    parametrizations = module._modules.get("parametrizations")
+    if parametrizations is not None and name in parametrizations:
+        return True
+    return isinstance(getattr(module, name, None), torch.Tensor)
+
+
 def is_computed(module: nn.Module, name: str) -> bool:
     """Whether ``module``'s ``name`` is computed from other parameters (parametrized, or pruned)."""
     parametrizations = module._modules.get("parametrizations")

@@ -238,3 +238,39 @@ def test_pruning_mid_run_keeps_every_iteration_checked(tmp_path, remove):
                 xray.take_graphs(step)
             optimizer.step()
     assert open_run(tmp_path).health("grad_l2")[1].tolist() == list(range(30))
+
+
+@pytest.mark.parametrize("assign", [False, True])
+def test_an_optimizer_built_anew_mid_run_is_followed(tmp_path, assign):
+    """After load_state_dict(..., assign=True), or between fine-tuning stages, a new optimizer steps
+    the model: every iteration stays checked, and a NaN is named at its step and layer."""
+    torch.manual_seed(0)
+    model = _mlp(nn.Linear(16, 16))
+    generator = torch.Generator().manual_seed(0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    with Xray(model, _rows(generator), logdir=str(tmp_path), health=HealthOptions(every=1)) as xray:
+        for step in range(30):
+            if step == 15:
+                if assign:
+                    model.load_state_dict({k: v.clone() for k, v in model.state_dict().items()}, assign=True)
+                optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            if step == 18:
+                with torch.no_grad():
+                    model[2].weight[0, 0] = math.nan
+            optimizer.zero_grad()
+            F.cross_entropy(model(_rows(generator)), torch.randint(0, 3, (16,), generator=generator)).backward()
+            if step % 10 == 0:
+                xray.take_graphs(step)
+            optimizer.step()
+        assert xray.first_nonfinite == NonFinite(step=18, layer="2", kind="weight")
+    assert open_run(tmp_path).health("grad_l2")[1].tolist()[:18] == list(range(18))
+
+
+def test_planning_a_spectral_normed_weight_leaves_the_model_as_it_was(tmp_path):
+    torch.manual_seed(0)
+    model = _mlp(parametrizations.spectral_norm(nn.Linear(16, 16)))
+    buffers = {name: b.clone() for name, b in model.named_buffers()}
+    with Xray(model, torch.randn(16, 6), logdir=str(tmp_path)) as xray:
+        xray.set_plan({"2": {"weight": True}})
+    for name, b in model.named_buffers():
+        assert torch.equal(b, buffers[name]), name

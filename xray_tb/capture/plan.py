@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Union
 
 import numpy as np
-import torch
 from torch import nn
 
 from xray_tb import sharding
+from xray_tb.parametrized import has_parameter
 from tb_plugin.metadata import KINDS, PARAMETER_KINDS
 from xray_tb.trace import graph
 from xray_tb.capture.selectors import Selector
@@ -36,10 +36,6 @@ def _entry(**on: bool) -> dict[str, bool]:
     for kind, value in on.items():
         entry[kind] = bool(value)
     return entry
-
-
-def _has_parameter(module: nn.Module, name: str) -> bool:
-    return isinstance(getattr(module, name, None), torch.Tensor)
 
 
 def draft_plan(index: graph.Graph) -> dict[str, dict[str, bool]]:
@@ -136,7 +132,7 @@ def plan_document(plan: dict) -> dict:
 
 def _check_kinds(layer: str, entry: dict[str, bool], index: graph.Graph, module: nn.Module) -> None:
     for parameter, kinds in _PARAMETER_READERS.items():
-        if any(entry[kind] for kind in kinds) and not _has_parameter(module, parameter):
+        if any(entry[kind] for kind in kinds) and not has_parameter(module, parameter):
             hint = " (it was built with bias=False)" if parameter == "bias" and hasattr(module, "bias") else ""
             raise ValueError(
                 f"layer {layer!r} ({sharding.type_name(module)}) has no {parameter}{hint}; turn off {' and '.join(map(repr, kinds))} for it"

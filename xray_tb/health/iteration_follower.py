@@ -192,14 +192,11 @@ class IterationFollower:
         self._backward_seen = self._fresh = True
 
     def _before_step(self, optimizer: torch.optim.Optimizer) -> None:
-        if not self._fresh:
-            # The marker may have missed the backward that this step applies: frozen, or replaced.
-            if not (self._backward_seen and self._marker_missed() and self._follows(optimizer)):
-                return
-            self._fresh = self._replaced() or self._remark()  # the step shows that a backward ran
-            if not self._fresh:
-                return
-        elif not self._follows(optimizer):
+        if self._backward_seen and self._marker_missed():
+            # The marker missed the backward that this step applies (frozen, or replaced): it moves,
+            # and the step shows that a backward ran.
+            self._fresh = self._replaced() or self._remark() or self._fresh
+        if not self._fresh or not self._follows(optimizer):
             return
         step = self._pending if self._pending is not None else self._first_step if self._last is None else self._last + 1
         self._fresh, self._pending, self._uncounted = False, None, 0
@@ -219,13 +216,13 @@ class IterationFollower:
         )
 
     def _follows(self, optimizer: torch.optim.Optimizer) -> bool:
-        if self._followed is not None:
-            return self._followed() is optimizer
+        if self._followed is not None and self._followed() is optimizer:
+            return True
         count = sum(len(group["params"]) for group in optimizer.param_groups)
         if self._ignored.get(optimizer) == count:
             return False
         held = _held(optimizer)
-        if id(self._marker) in held:
+        if id(self._marker) in held:  # the first to step the marker, or one built anew for it mid-run
             self._followed = weakref.ref(optimizer)
             return True
         self._ignored[optimizer] = count  # looked at again once add_param_group changed it
