@@ -274,3 +274,35 @@ def test_planning_a_spectral_normed_weight_leaves_the_model_as_it_was(tmp_path):
         xray.set_plan({"2": {"weight": True}})
     for name, b in model.named_buffers():
         assert torch.equal(b, buffers[name]), name
+
+
+def test_a_resumed_run_files_the_iterations_before_its_first_call_under_their_own_steps(tmp_path):
+    """The README loop resumed from a checkpoint at step 16 calls take_graphs() first at 20: the
+    iterations 16 to 19, counted at the optimizer's steps before any call named a step, are filed as
+    16 to 19, not as 0 to 3 over the earlier attempt's."""
+    def attempt(steps, seed):
+        torch.manual_seed(seed)
+        model = _mlp(nn.Linear(16, 16))
+        generator = torch.Generator().manual_seed(seed)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        norms = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "already holds Xray captures"
+            xray = Xray(model, _rows(generator), logdir=str(tmp_path), health=HealthOptions(every=1))
+        with xray:
+            for step in steps:
+                optimizer.zero_grad()
+                F.cross_entropy(model(_rows(generator)), torch.randint(0, 3, (16,), generator=generator)).backward()
+                norms[step] = model[0].weight.grad.norm().item()
+                if step % 10 == 0:
+                    xray.take_graphs(step)
+                optimizer.step()
+        return norms
+
+    first = attempt(range(0, 25), seed=0)
+    second = attempt(range(16, 40), seed=1)
+    layers, steps, values = open_run(tmp_path).health("grad_l2")
+    assert steps.tolist() == list(range(40))
+    row = values[layers.index("0")]
+    np.testing.assert_allclose(row[:16], [first[s] for s in range(16)], rtol=1e-5)  # the first attempt's, untouched
+    np.testing.assert_allclose(row[16:], [second[s] for s in range(16, 40)], rtol=1e-5)

@@ -51,6 +51,10 @@ class RowBuffer:
         self._steps.append(int(step))
         self._walls.append(time.time())
 
+    def shift(self, delta: int) -> None:
+        """File every buffered row ``delta`` steps later."""
+        self._steps = [step + delta for step in self._steps]
+
     def take(self) -> Optional[Block]:
         """The buffered rows on the host (None when there are none); the buffer is emptied."""
         if not self._rows:

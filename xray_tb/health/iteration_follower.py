@@ -51,10 +51,12 @@ class IterationFollower:
     """Counts each backward once, from a ``take_graphs()`` call or from the model's optimizer step."""
 
     def __init__(self, weights: list[torch.nn.Parameter], iteration: Callable[[int], None], first_step: int,
-                 modules: Optional[list[torch.nn.Module]] = None, on_replaced: Optional[Callable[[], None]] = None):
+                 modules: Optional[list[torch.nn.Module]] = None, on_replaced: Optional[Callable[[], None]] = None,
+                 on_renumber: Optional[Callable[[int], bool]] = None):
         """``weights`` in dataflow order, each of the module at the same place in ``modules``;
         ``on_replaced`` is called when the marker is no longer its module's parameter (it should
-        :meth:`rebind` the follower to the weights found again)."""
+        :meth:`rebind` the follower to the weights found again); ``on_renumber(delta)`` files the
+        iterations counted before the first call ``delta`` steps later (whether it could)."""
         self._iteration = iteration
         self._followed: Optional[weakref.ref] = None  # the optimizer whose steps count
         # optimizers that step no marker: their parameter count when ignored; the first that held model weights
@@ -69,6 +71,8 @@ class IterationFollower:
         self._defer = True  # a call leaves the count to the optimizer step that follows it
         self._uncounted_calls = 0  # take_graphs() calls that found uncounted backwards, no optimizer followed
         self._on_replaced = on_replaced
+        self._on_renumber = on_renumber
+        self._provisional: Optional[int] = 0  # iterations counted before a call named a step (None: one did)
         self._this = weakref.ref(self)
         self._marker: Optional[torch.nn.Parameter] = None
         self._slot: Optional[tuple[torch.nn.Module, str]] = None  # where the model holds the marker
@@ -84,6 +88,8 @@ class IterationFollower:
     def counts_call(self, step: int) -> bool:
         """Whether the ``take_graphs(step)`` call is an iteration: not when no backward ran since the last
         one counted, nor when the followed optimizer's next step will count it (filed under ``step``)."""
+        if self._provisional is not None:
+            self._name_first(step)
         self._note(step)
         if self._replaced():
             return True  # the weights were found again: this call counts
@@ -106,6 +112,14 @@ class IterationFollower:
                 self._warn_uncounted()
         self._fresh, self._pending, self._uncounted = False, None, 0
         return True
+
+    def _name_first(self, step: int) -> None:
+        """The first call names a step: the iterations counted before it, filed from the first step on,
+        were the ones right before it (a resumed run's first steps, 36 to 39 before take_graphs(40))."""
+        counted, self._provisional = self._provisional, None
+        delta = step - counted - self._first_step
+        if counted and delta > 0 and self._on_renumber is not None and self._on_renumber(delta):
+            self._last = None if self._last is None else self._last + delta
 
     def remove(self) -> None:
         """Remove both hooks (idempotent)."""
@@ -200,6 +214,8 @@ class IterationFollower:
             return
         step = self._pending if self._pending is not None else self._first_step if self._last is None else self._last + 1
         self._fresh, self._pending, self._uncounted = False, None, 0
+        if self._provisional is not None:
+            self._provisional += 1
         self._note(step)
         self._iteration(step)
 

@@ -207,6 +207,18 @@ class HealthMonitor:
             self._vectors.append((int(step), time.time(), vectors))
         self._recorder.clear()
 
+    def renumber(self, delta: int) -> bool:
+        """File every iteration measured so far ``delta`` steps later, if none was written yet (the
+        steps of iterations counted before the first ``take_graphs(step)`` named one); whether it did."""
+        if self._flushed_at is not None or self._shards is not None:
+            return False
+        self._iteration_rows.shift(delta)
+        self._activation_rows.shift(delta)
+        self._sentinel.shift(delta)
+        self._vectors = [(step + delta, wall, vectors) for step, wall, vectors in self._vectors]
+        self._last_step += delta
+        return True
+
     # Writing ------------------------------------------------------------------------------------
 
     def flush(self) -> None:

@@ -112,6 +112,14 @@ class NonFiniteSentinel:
             self.done = True
         self._device_state = None
 
+    def shift(self, delta: int) -> None:
+        """File a first non-finite iteration found so far (and not agreed on yet) ``delta`` steps later."""
+        if self._found is not None and self._agreed is None:
+            self._found = (self._found[0] + delta, self._found[1])
+        if self._device_state is not None:
+            first_step = self._device_state[1]
+            first_step.add_((first_step >= 0).long() * delta)
+
     def local_find(self) -> Optional[tuple[int, list[bool]]]:
         """This rank's first non-finite iteration, ``(step, flags)`` (weights then gradients), or None."""
         self._read_device()

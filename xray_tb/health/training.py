@@ -50,7 +50,8 @@ class TrainingHealth:
             # Iterations between take_graphs() calls, from the optimizer that steps the model.
             self._follower = IterationFollower([layer.param for layer in monitor.scope.weighted],
                                                lambda step: self.iteration(step, activations=False), recording.next_step,
-                                               [layer.module for layer in monitor.scope.weighted], self._weights_replaced)
+                                               [layer.module for layer in monitor.scope.weighted], self._weights_replaced,
+                                               monitor.renumber)
             recording.on_release(self._follower.remove)
             monitor.on_weights_changed = self._rebind_follower
         recording.on_release(monitor.close)
