@@ -86,7 +86,6 @@ class HealthMonitor:
         self._rebuild_buffers()
         taps = set(scope.output_taps.values()) | {layer.source.tap for layer in scope.activations}
         self._recorder = TapRecorder.for_graph(model, scope.modules, graph, taps)
-        self._optimizer_handle = None
         self.arm_for(first_step)
 
     # Driving ------------------------------------------------------------------------------------
@@ -151,19 +150,6 @@ class HealthMonitor:
                 self._histogram_step = int(step)
         if self._training_seconds_since_flush() >= self.options.flush_seconds:
             self.flush()
-
-    def watch_optimizer(self, optimizer: torch.optim.Optimizer, current_step: Callable[[], Optional[int]], wrap: Callable,
-                        iteration: Optional[Callable[[int], None]] = None) -> None:
-        """Count iterations as ``optimizer``'s steps: a step pre-hook measures before the weights move
-        (through ``iteration`` when given, e.g. a call that contains failures)."""
-        measure = iteration or self.iteration
-
-        def before_step(optimizer, args, kwargs) -> None:
-            step = current_step()
-            if step is not None:
-                measure(step)
-
-        self._optimizer_handle = optimizer.register_step_pre_hook(wrap(before_step))
 
     @property
     def activation_hooks(self) -> TapRecorder:
@@ -299,8 +285,5 @@ class HealthMonitor:
             self.flush()
         finally:
             self._recorder.remove()
-            if self._optimizer_handle is not None:
-                self._optimizer_handle.remove()
-                self._optimizer_handle = None
             self._writer.sink = None
 

@@ -45,7 +45,12 @@ class TrainingHealth:
                                 recording.next_step, layer_scalars=layer_scalars, group=group, modules=modules,
                                 reductions=recording.reductions, earlier_findings=recording.earlier_findings)
         if optimizer is not None:
-            monitor.watch_optimizer(optimizer, lambda: None if recording.closed else recording.next_step, Hook, self.iteration)
+            # Iterations are the optimizer's steps: a step pre-hook measures before the weights move.
+            def before_step(optimizer, args, kwargs) -> None:
+                if not recording.closed:
+                    self.iteration(recording.next_step)
+
+            recording.on_release(optimizer.register_step_pre_hook(Hook(before_step)).remove)
         elif not any(is_sharded(param) for layer in monitor.scope.weighted for param in layer.params):
             # Iterations between take_graphs() calls, from the optimizer that steps the model.
             self._follower = IterationFollower([layer.param for layer in monitor.scope.weighted],
