@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import math
 import threading
+from typing import Optional
 
 from tb_plugin import frame_stats, versioned_cache
 from tb_plugin.series import SeriesReader
@@ -28,27 +29,25 @@ class FrameRanges:
         self._reader = reader
         self._runs: collections.OrderedDict = collections.OrderedDict()  # (experiment, run): (version, {(step, wall): Capture})
         self._lock = threading.Lock()
-        self._answers = versioned_cache.VersionedCache(64)  # (experiment, run, layer, kinds): found
+        self._answers = versioned_cache.VersionedCache(64)  # (experiment, run, layer, kinds): ranges
 
-    def of(self, ctx, experiment_id: str, run: str, layer: str, kinds: list[str], version: tuple) -> dict[str, dict[str, list[float]]]:
-        """``{kind: {"min": [...], "max": [...]}}``: the finite minimum and maximum of each capture of
-        ``layer`` (the last write of each step); ``version`` changes when the tag gets new data (the
-        run's listing has it)."""
+    def of(self, ctx, experiment_id: str, run: str, layer: str, kinds: list[str], version: tuple) -> dict[str, Optional[dict[str, float]]]:
+        """``{kind: {"min", "max"} or None}``: the range of ``layer``'s finite values over every capture
+        (the last write of each step); ``version`` changes when the tag gets new data (the run's
+        listing has it)."""
         key = (experiment_id, run, layer, tuple(kinds))
         found = self._answers.get(key, version)
         if found is not None:
             return found
-        current = self._captures(ctx, experiment_id, run, version)
-        found = {}
-        for capture in current.values():
+        extremes = Extremes(kinds)
+        for capture in self._captures(ctx, experiment_id, run, version).values():
             for kind in kinds:
-                extremes = capture.get((layer, kind))
-                if extremes is not None:
-                    entry = found.setdefault(kind, {"min": [], "max": []})
-                    entry["min"].append(extremes[0])
-                    entry["max"].append(extremes[1])
-        self._answers.put(key, version, found)
-        return found
+                found = capture.get((layer, kind))
+                if found is not None:
+                    extremes.add(kind, *found)
+        ranges = extremes.ranges()
+        self._answers.put(key, version, ranges)
+        return ranges
 
     def _captures(self, ctx, experiment_id: str, run: str, version: tuple) -> dict:
         tag = frame_stats.FRAME_STATS_TAG
@@ -67,6 +66,25 @@ class FrameRanges:
             while len(self._runs) > RUNS:
                 self._runs.popitem(last=False)
         return known
+
+
+class Extremes:
+    """The smallest minimum and largest maximum seen of each kind (non-finite values left out)."""
+
+    def __init__(self, kinds: list[str]):
+        self._found: dict[str, list[float]] = {kind: [math.inf, -math.inf] for kind in kinds}
+
+    def add(self, kind: str, low: float, high: float) -> None:
+        entry = self._found[kind]
+        if math.isfinite(low):
+            entry[0] = min(entry[0], low)
+        if math.isfinite(high):
+            entry[1] = max(entry[1], high)
+
+    def ranges(self) -> dict[str, Optional[dict[str, float]]]:
+        """``{kind: {"min", "max"}}``, None for a kind with no finite minimum or maximum."""
+        return {kind: {"min": low, "max": high} if math.isfinite(low) and math.isfinite(high) else None
+                for kind, (low, high) in self._found.items()}
 
 
 def _capture(blobs: list[bytes]) -> Capture:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import base64
 import math
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 from tensorboard import errors
@@ -95,16 +95,12 @@ class FrameRoutes:
         listed = index.tags.get(frame_stats.FRAME_STATS_TAG)
         if listed is not None:
             version = (listed.max_step, listed.max_wall_time, listed.max_length)
-            found = self._ranges.of(ctx, experiment_id, run, layer, kinds, version)
+            ranges = self._ranges.of(ctx, experiment_id, run, layer, kinds, version)
         else:  # written by an Xray that wrote the statistics as scalars only
-            found = self._stat_scalars(ctx, experiment_id, run, layer, kinds)
-        ranges = {}
-        for kind in kinds:
-            lows, highs = found.get(kind, {}).get("min", []), found.get(kind, {}).get("max", [])
-            ranges[kind] = {"min": min(lows), "max": max(highs)} if lows and highs else None
+            ranges = self._stat_scalars(ctx, experiment_id, run, layer, kinds)
         return {"run": run, "layer": layer, "ranges": ranges}
 
-    def _stat_scalars(self, ctx, experiment_id: str, run: str, layer: str, kinds: list[str]) -> dict[str, dict[str, list[float]]]:
+    def _stat_scalars(self, ctx, experiment_id: str, run: str, layer: str, kinds: list[str]) -> dict[str, Optional[dict[str, float]]]:
         tags = {metadata.stat_tag(layer, kind, stat): (kind, stat) for kind in kinds for stat in ("min", "max")}
         scalars = self._provider.read_scalars(
             ctx,
@@ -113,11 +109,12 @@ class FrameRoutes:
             downsample=_MAX_POINTS,
             run_tag_filter=provider.RunTagFilter(runs=[run], tags=list(tags)),
         )
-        found: dict[str, dict[str, list[float]]] = {}
+        found = frame_ranges.Extremes(kinds)
         for tag, points in (scalars or {}).get(run, {}).items():
             kind, stat = tags[tag]
-            found.setdefault(kind, {}).setdefault(stat, []).extend(p.value for p in points if math.isfinite(p.value))
-        return found
+            for point in points:
+                found.add(kind, *((point.value, math.nan) if stat == "min" else (math.nan, point.value)))
+        return found.ranges()
 
     @responses.json_route
     def gif_route(self, request):

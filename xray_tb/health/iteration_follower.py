@@ -79,9 +79,9 @@ class IterationFollower:
         self._bind(weights, modules)
         self._marker_handle = None
         self._step_handle = None
-        trainable = [weight for weight in weights if weight.requires_grad]
-        if trainable:
-            self._mark(trainable[0])
+        first = self._first_trained()  # the first layer the forward calls
+        if first is not None:
+            self._mark(first)
             self._step_handle = register_optimizer_step_pre_hook(
                 Hook(lambda optimizer, args, kwargs: _call(self._this, "_before_step", optimizer)))
 
@@ -141,10 +141,8 @@ class IterationFollower:
         if followed is None or not (_held(followed) & self._ids):
             self._followed, self._candidate = None, None
             self._ignored.clear()
-        if not self._remark() and self._followed is None:
-            first = next((w for w in weights if w.requires_grad), None)
-            if first is not None:
-                self._mark(first)
+        if not self._remark() and self._followed is None and (first := self._first_trained()) is not None:
+            self._mark(first)
 
     def _bind(self, weights: list[torch.nn.Parameter], modules: Optional[list[torch.nn.Module]]) -> None:
         self._weights = weights  # in dataflow order: the layers the forward calls first come first
@@ -153,13 +151,15 @@ class IterationFollower:
 
     def _marker_missed(self) -> bool:
         """Whether the marker can no longer see backwards: frozen, or no longer its module's parameter."""
-        marker, slot = self._marker, self._slot
-        return marker is not None and (not marker.requires_grad or (slot is not None and slot[0]._parameters.get(slot[1]) is not marker))
+        return self._marker is not None and (not self._marker.requires_grad or self._slot_stale())
+
+    def _slot_stale(self) -> bool:
+        slot = self._slot
+        return slot is not None and slot[0]._parameters.get(slot[1]) is not self._marker
 
     def _replaced(self) -> bool:
         """Whether the marker is no longer its module's parameter; if so, asks for the weights again."""
-        slot = self._slot
-        if slot is None or slot[0]._parameters.get(slot[1]) is self._marker or self._on_replaced is None:
+        if not self._slot_stale() or self._on_replaced is None:
             return False
         self._slot = None  # asked once per marker
         self._on_replaced()
@@ -185,8 +185,7 @@ class IterationFollower:
         """The marker was frozen: move it to the first weight still trained (by the followed optimizer,
         if any). Whether it moved."""
         followed = self._followed() if self._followed is not None else None
-        held = _held(followed) if followed is not None else None
-        weight = next((w for w in self._weights if w.requires_grad and (held is None or id(w) in held)), None)
+        weight = self._first_trained(followed)
         if weight is None or weight is self._marker:
             return False
         self._mark(weight)
@@ -194,11 +193,15 @@ class IterationFollower:
 
     def _follow_candidate(self) -> None:
         optimizer = self._candidate()
-        held = _held(optimizer)
-        weight = next((w for w in self._weights if w.requires_grad and id(w) in held), None)
+        weight = self._first_trained(optimizer)
         if weight is not None:
             self._followed = weakref.ref(optimizer)
             self._mark(weight)
+
+    def _first_trained(self, optimizer: Optional[torch.optim.Optimizer] = None) -> Optional[torch.nn.Parameter]:
+        """The first weight that requires grad (and that ``optimizer`` steps, if given)."""
+        held = _held(optimizer) if optimizer is not None else None
+        return next((w for w in self._weights if w.requires_grad and (held is None or id(w) in held)), None)
 
     def _backward(self) -> None:
         if self._fresh:

@@ -55,7 +55,9 @@ class TrainingHealth:
             # Iterations between take_graphs() calls, from the optimizer that steps the model.
             self._follower = IterationFollower([layer.param for layer in monitor.scope.weighted],
                                                lambda step: self.iteration(step, activations=False), recording.next_step,
-                                               [layer.module for layer in monitor.scope.weighted], self._weights_replaced,
+                                               [layer.module for layer in monitor.scope.weighted],
+                                               lambda: self._contained("finding replaced weights at", recording.next_step,
+                                                                       HealthMonitor.refresh_weights),
                                                monitor.renumber)
             recording.on_release(self._follower.remove)
             monitor.on_weights_changed = self._rebind_follower
@@ -81,11 +83,6 @@ class TrainingHealth:
                 raise  # the ranks disagree: going on would hang or mix their statistics
             except Exception as error:  # noqa: BLE001 - training health must never crash training
                 _failed(self._warned, "measuring", step, error)
-
-    def _weights_replaced(self) -> None:
-        """The follower's marker is no longer the model's parameter: find the weights again."""
-        if self.monitor is not None:
-            self.monitor.refresh_weights()
 
     def _rebind_follower(self) -> None:
         """The monitor found the weights again (pruning, replaced parameters): so does the follower."""

@@ -75,7 +75,7 @@ def earlier_run(logdir: str | os.PathLike) -> tuple[Optional[int], Optional[list
             except DecodeError:
                 continue
             for value in event.summary.value:
-                if value.tag == health_metadata.FINDINGS_TAG and holds_xray_blobs(value):
+                if value.tag == health_metadata.FINDINGS_TAG:
                     blobs = xray_blobs(value)
                     if blobs:
                         findings = blobs[0]  # the last written is current
