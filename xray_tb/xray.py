@@ -247,8 +247,8 @@ class Xray:
         recording.recorder.claim()  # the thread that calls take_graphs() trains
         counted_by_optimizer = recording.counts_optimizer_steps
         last_step = self._readback.last_step
-        if step is None:
-            step = recording.next_step
+        if step is None:  # without optimizer=: the iteration this call follows, where health counted those between calls
+            step = recording.next_step if counted_by_optimizer else self._health.call_step(recording.next_step)
         elif not counted_by_optimizer:
             if self._schedule is not None and step != recording.next_step and last_step is not None:
                 capturer.warn_once(

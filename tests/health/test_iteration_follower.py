@@ -5,6 +5,7 @@ with two optimizers, clipping after take_graphs(), a hand-written update, accumu
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -141,3 +142,51 @@ def test_gradient_accumulation_with_a_call_per_backward_counts_every_call(tmp_pa
     layers, steps, values = open_run(tmp_path).health("grad_l2")
     assert steps.tolist() == list(range(24))
     np.testing.assert_allclose(values[layers.index("0"), 8:], [norms[s] for s in range(8, 24)], rtol=1e-5)
+
+
+def test_accumulation_with_a_call_per_optimizer_step_follows_the_optimizer_without_a_warning(tmp_path):
+    """Two backwards per optimizer step, take_graphs() after the second (the DDP no_sync pattern): the
+    optimizer is followed from its first step on, nothing is warned, and each step's statistics are
+    those of the accumulated gradients it applies."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    norms = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with Xray(model, torch.randn(8, 8), logdir=str(tmp_path), health=HealthOptions(every=1)) as xray:
+            for step in range(6):
+                optimizer.zero_grad()
+                for _ in range(2):
+                    F.cross_entropy(model(torch.randn(8, 8)), torch.randint(0, 4, (8,))).backward()
+                norms[step] = model[0].weight.grad.norm().item()
+                xray.take_graphs()
+                optimizer.step()
+    layers, steps, values = open_run(tmp_path).health("grad_l2")
+    assert steps.tolist() == list(range(6))
+    np.testing.assert_allclose(values[layers.index("0")], [norms[s] for s in range(6)], rtol=1e-5)
+
+
+def test_sparse_calls_without_a_step_keep_the_iterations_numbers(tmp_path):
+    """The README loop with take_graphs() (no step) every 10 steps: the calls file their captures under
+    the iteration they follow (0, 10, 20), not a count of calls, so a NaN keeps its step."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    norms, taken = {}, []
+    with Xray(model, torch.randn(8, 8), logdir=str(tmp_path), health=HealthOptions(every=1)) as xray:
+        for step in range(30):
+            if step == 27:
+                with torch.no_grad():
+                    model[2].weight[3, 3] = math.nan
+            optimizer.zero_grad()
+            F.cross_entropy(model(torch.randn(8, 8)), torch.randint(0, 4, (8,))).backward()
+            norms[step] = model[0].weight.grad.norm().item()
+            if step % 10 == 0:
+                taken.append(xray.take_graphs())
+            optimizer.step()
+        assert xray.first_nonfinite == NonFinite(step=27, layer="2", kind="weight")
+    assert taken == [0, 10, 20]
+    layers, steps, values = open_run(tmp_path).health("grad_l2")
+    assert steps.tolist()[:27] == list(range(27))
+    np.testing.assert_allclose(values[layers.index("0"), :27], [norms[s] for s in range(27)], rtol=1e-5)

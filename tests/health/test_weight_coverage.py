@@ -176,7 +176,9 @@ def test_freezing_the_first_layer_mid_run_keeps_every_iteration_checked(tmp_path
     assert steps.tolist()[:23] == list(range(23))
 
 
-def test_a_trunk_added_to_the_optimizer_later_is_followed_from_the_next_call(tmp_path):
+def test_an_optimizer_of_the_head_only_is_followed_and_a_trunk_added_later_kept(tmp_path):
+    """The optimizer steps the head only while the trunk still requires grad (fine-tuning without
+    freezing), then the trunk joins it: every iteration is counted, none warned about."""
     torch.manual_seed(0)
     model = _mlp(nn.Linear(16, 16))
     head = torch.optim.SGD([*model[2].parameters(), *model[4].parameters()], lr=0.05)
@@ -190,7 +192,7 @@ def test_a_trunk_added_to_the_optimizer_later_is_followed_from_the_next_call(tmp
         _train(model, _rows, 40, before=before, optimizer=head, logdir=str(tmp_path), health=HealthOptions(every=1))
     assert not [w for w in caught if "no torch.optim optimizer" in str(w.message)]
     steps = open_run(tmp_path).health("grad_l2")[1].tolist()
-    assert steps == [0] + list(range(10, 40))  # followed from the first call that found backwards uncounted
+    assert steps == list(range(40))  # followed from its second step, the first counted by the call
 
 
 def test_parameters_replaced_by_load_state_dict_with_assign_are_found_again(tmp_path):

@@ -113,6 +113,14 @@ class IterationFollower:
         self._fresh, self._pending, self._uncounted = False, None, 0
         return True
 
+    def call_step(self, counted: int) -> int:
+        """The step a ``take_graphs()`` call without one belongs to: the iteration of the latest backward
+        (the next one while it is uncounted, the last counted once the optimizer stepped it), at least
+        ``counted``. So sparse calls keep the iterations' numbers, not a count of calls."""
+        if self._last is None:
+            return counted
+        return max(counted, self._last + 1 if self._fresh else self._last)
+
     def _name_first(self, step: int) -> None:
         """The first call names a step: the iterations counted before it, filed from the first step on,
         were the ones right before it (a resumed run's first steps, 36 to 39 before take_graphs(40))."""
@@ -213,7 +221,11 @@ class IterationFollower:
             # The marker missed the backward that this step applies (frozen, or replaced): it moves,
             # and the step shows that a backward ran.
             self._fresh = self._replaced() or self._remark() or self._fresh
-        if not self._fresh or not self._follows(optimizer):
+        if not self._fresh:
+            if self._followed is None and self._candidate is None:
+                self._consider(optimizer)  # a call counted the backward: the next call that finds several may follow it
+            return
+        if not self._follows(optimizer):
             return
         step = self._pending if self._pending is not None else self._first_step if self._last is None else self._last + 1
         self._fresh, self._pending, self._uncounted = False, None, 0
@@ -238,6 +250,11 @@ class IterationFollower:
         if self._followed is not None and self._followed() is optimizer:
             return True
         count = sum(len(group["params"]) for group in optimizer.param_groups)
+        if self._followed is None and self._candidate is not None and self._candidate() is optimizer:
+            # It stepped model weights again and no optimizer stepped the marker meanwhile: it trains the model
+            # (a fine-tuning optimizer over the head only, the trunk left out but not frozen). Followed from here.
+            self._follow_candidate()
+            return self._followed is not None
         if self._ignored.get(optimizer) == count:
             return False
         held = _held(optimizer)
@@ -248,6 +265,11 @@ class IterationFollower:
         if self._candidate is None and held & self._ids:
             self._candidate = weakref.ref(optimizer)
         return False
+
+    def _consider(self, optimizer: torch.optim.Optimizer) -> None:
+        """An optimizer stepped after a call counted the backward: the one to follow if it steps the model."""
+        if _held(optimizer) & self._ids:
+            self._candidate = weakref.ref(optimizer)
 
 
 def _held(optimizer: torch.optim.Optimizer) -> set[int]:

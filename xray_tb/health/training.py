@@ -84,6 +84,11 @@ class TrainingHealth:
             except Exception as error:  # noqa: BLE001 - training health must never crash training
                 _failed(self._warned, "measuring", step, error)
 
+    def call_step(self, counted: int) -> int:
+        """The step of a ``take_graphs()`` call given none: ``counted`` (the calls' count), or, where the
+        followed optimizer counted iterations between calls, the iteration of the latest backward."""
+        return counted if self._follower is None else self._follower.call_step(counted)
+
     def _rebind_follower(self) -> None:
         """The monitor found the weights again (pruning, replaced parameters): so does the follower."""
         if self.monitor is not None and self._follower is not None:

@@ -3,6 +3,7 @@ notebook view, a GIF and the architecture table, over the :class:`~xray_tb.recor
 
 from __future__ import annotations
 
+import bisect
 import copy
 from typing import Optional
 
@@ -35,10 +36,16 @@ class ReadBack:
         """Note a capture's frames ``{(layer, kind): (header, values)}`` at ``step``."""
         self._last_keys = list(frames)
         for name, kind in frames:
-            self._records.setdefault(name, {}).setdefault(kind, []).append(step)
+            steps = self._records.setdefault(name, {}).setdefault(kind, [])
+            if not steps or steps[-1] < step:
+                steps.append(step)
+            else:  # a step written again (its last write wins in the run) or an earlier one: listed once, in order
+                at = bisect.bisect_left(steps, step)
+                if at == len(steps) or steps[at] != step:
+                    steps.insert(at, step)
 
     def records(self) -> dict[str, dict[str, list[int]]]:
-        """What this Xray recorded: ``{layer: {kind: [steps]}}``."""
+        """What this Xray recorded: ``{layer: {kind: [steps]}}``, each step once, ascending (as the run lists them)."""
         return copy.deepcopy(self._records)
 
     def load(self, layer: str, kind: str, step: int) -> tuple[torch.Tensor, metadata.FrameHeader]:
