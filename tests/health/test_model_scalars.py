@@ -76,3 +76,37 @@ def test_layer_scalars_brings_every_per_layer_scalar_back(tmp_path):
 def test_layer_scalars_must_be_a_bool(tmp_path):
     with pytest.raises(TypeError, match="layer_scalars= must be True or False, got str 'yes'"):
         Xray(_model(), input_size=(16,), logdir=str(tmp_path), layer_scalars="yes")
+
+
+class TiedLanguageModel(nn.Module):
+    """An embedding, a block, and a head whose weight is the embedding's (tied)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 8)
+        self.block = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 20, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, tokens):
+        return self.head(torch.tanh(self.block(self.emb(tokens))))
+
+
+def test_a_tied_weight_counts_once_in_the_global_gradient_norm(tmp_path):
+    torch.manual_seed(0)
+    model = TiedLanguageModel()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    norms = {}
+    weights = [model.emb.weight, model.block.weight]  # each weight once: the head's is the embedding's
+    with Xray(model, torch.randint(0, 20, (4, 6)), logdir=str(tmp_path), health=HealthOptions(every=1)) as xray:
+        for step in range(5):
+            optimizer.zero_grad()
+            tokens = torch.randint(0, 20, (4, 6))
+            F.cross_entropy(model(tokens).reshape(-1, 20), tokens.roll(1, dims=1).reshape(-1)).backward()
+            norms[step] = float(torch.linalg.vector_norm(torch.stack([w.grad.norm() for w in weights])))
+            xray.take_graphs()
+            optimizer.step()
+    accumulator = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    grad_norm = {event.step: event.value for event in accumulator.Scalars(health_metadata.GRAD_NORM_TAG)}
+    assert grad_norm == pytest.approx(norms, rel=1e-5)

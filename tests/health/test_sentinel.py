@@ -5,6 +5,7 @@ statistics measure one iteration in many, with and without ``optimizer=``."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -179,3 +180,73 @@ def test_a_shared_sentinel_reports_what_the_ranks_agreed_and_its_own_find_once_t
     assert taken() == {4: {"weight_grad": {"b"}}}
     sentinel.agree(3, [False, True, False, False])  # another rank saw a NaN weight earlier: the agreement wins
     assert taken() == {3: {"weight": {"b"}}}
+
+
+def _readme_loop(model, plant, steps: int = 45, **options):
+    """The README loop (take_graphs(step) every 10 steps) at the default pace; the first non-finite value."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    with Xray(model, input_size=(16,), logdir=options.pop("logdir"), **options) as xray:
+        for step, (x, y) in enumerate(batches(steps)):
+            plant(step, model)
+            optimizer.zero_grad()
+            F.cross_entropy(model(x.abs()), y).backward()
+            if step % 10 == 0:
+                xray.take_graphs(step)
+            optimizer.step()
+        return xray.first_nonfinite
+
+
+def test_an_infinite_weight_that_a_relu_hides_is_named_at_its_step(tmp_path):
+    """-inf in the first layer's row 0 on positive inputs: the ReLU clamps that unit to 0, so the loss
+    and every gradient stay finite; the weight is non-finite all the same."""
+    def plant(step, model):
+        if step == 33:
+            with torch.no_grad():
+                model.first.weight[0, :] = -math.inf
+
+    assert _readme_loop(three_layers(), plant, logdir=str(tmp_path)) == NonFinite(step=33, layer="first", kind="weight")
+
+
+class CustomWeight(nn.Module):
+    """A layer whose weight is a parameter of another name, used through F.linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(32, 16) * 0.2)
+
+    def forward(self, x):
+        return F.linear(x, self.w)
+
+
+@pytest.mark.parametrize("where, expected", [
+    ("custom", NonFinite(step=23, layer="first", kind="weight")),
+    ("bias", NonFinite(step=23, layer="second", kind="bias")),
+])
+def test_a_nan_in_a_custom_weight_or_a_bias_is_named_in_its_own_layer(tmp_path, where, expected):
+    model = three_layers()
+    model.first = CustomWeight()
+
+    def plant(step, model):
+        if step == 23:
+            with torch.no_grad():
+                (model.first.w if where == "custom" else model.second.bias)[3] = math.nan
+
+    assert _readme_loop(model, plant, logdir=str(tmp_path)) == expected
+
+
+def test_a_model_holding_its_parameters_itself_says_health_watches_no_weight(tmp_path):
+    class Bare(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(4, 16))
+
+        def forward(self, x):
+            return F.linear(x, self.w)
+
+    model = Bare()
+    with pytest.warns(UserWarning, match="training health watches no weights"):
+        xray = Xray(model, input_size=(16,), logdir=str(tmp_path))
+    with xray, warnings.catch_warnings():
+        warnings.simplefilter("error")  # no health failure warned: nothing per iteration to measure
+        model(torch.randn(2, 16)).sum().backward()
+        xray.take_graphs()

@@ -14,14 +14,18 @@ from xray_tb.health import pruning, writing
 from xray_tb.health.buffer import Block
 
 
-def model_scalar_events(iterations: Optional[Block], series: dict, activations: Optional[Block], activation_series: dict) -> list[event_pb2.Event]:
+def model_scalar_events(iterations: Optional[Block], series: dict, activations: Optional[Block], activation_series: dict,
+                        sharing: frozenset = frozenset()) -> list[event_pb2.Event]:
     """One event per step with ``xray/grad_norm`` and ``xray/update_ratio_max`` (measured iterations)
-    and ``xray/dead_fraction_max`` (health steps), each where some layer has a value."""
+    and ``xray/dead_fraction_max`` (health steps), each where some layer has a value. ``sharing``: the
+    layers whose weights an earlier layer holds too (tied weights), left out of the global norm so that
+    a shared gradient counts once."""
     columns = []  # (tag, steps, walls, values, present)
     if iterations is not None:
         grad = series.get("grad_l2")
         if grad is not None:
-            squares = np.where(grad.absent, 0.0, np.square(grad.values, dtype=np.float64)).sum(axis=1)
+            counted = np.asarray([layer not in sharing for layer in grad.layers], dtype=bool)
+            squares = np.where(grad.absent | ~counted, 0.0, np.square(grad.values, dtype=np.float64)).sum(axis=1)
             columns.append((health_metadata.GRAD_NORM_TAG, iterations, np.sqrt(squares), ~grad.absent.all(axis=1)))
         ratio = series.get("update_ratio")
         if ratio is not None:

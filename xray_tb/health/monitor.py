@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from typing import Callable, Optional
 
 import torch
@@ -73,7 +74,7 @@ class HealthMonitor:
             self.dead, Saturation(activated, options.saturation_margin), ChannelVariance(activated, options.channel_dim)]
         self._checks = ForwardChecks(list(scope.output_taps), self._reductions)
         self._pieces = LayerPieces(scope.weighted)  # layers with several weights (LSTM): one piece each
-        self._sentinel = NonFiniteSentinel(self._pieces.names)
+        self._sentinel = NonFiniteSentinel(self._pieces.names, [name for name, _ in scope.biases])
         self._shards = ShardedHealth.of(group, self._pieces.weights, self._sentinel)  # FSDP
         self._writer = BlockWriter(sink, scope, make_rules(options.rules, options.dead_window), layer_scalars,
                                    self.iteration_families, self.activation_families, self._checks, self._sentinel,
@@ -84,6 +85,10 @@ class HealthMonitor:
         self.on_weights_changed: Optional[Callable[[], None]] = None  # called once the weights were found again
         self._vectors: list[tuple[int, float, dict[str, tuple[list[str], list[Optional[torch.Tensor]]]]]] = []
         self._rebuild_buffers()
+        if not scope.weighted and any(True for _ in model.parameters()):
+            warnings.warn("training health watches no weights: no submodule of the model holds a parameter of its own, so "
+                          "gradients and weights are not checked for NaN/Inf (activations still are); parameters the model "
+                          "itself holds are not covered: hold them in submodules", stacklevel=5)
         taps = set(scope.output_taps.values()) | {layer.source.tap for layer in scope.activations}
         self._recorder = TapRecorder.for_graph(model, scope.modules, graph, taps)
         self.arm_for(first_step)
@@ -108,15 +113,17 @@ class HealthMonitor:
             self._grads_seen = False
         else:
             self._grads_seen = True
-        if self._shards is not None:  # each rank reduces its own shards; a measured row is combined
-            weights, grads = self._shards.local(weights), self._shards.local(grads)
         found = False
-        if not self._sentinel.done:
-            self._sentinel.check(step, weights, grads)
+        if not weights:
+            pass  # no layer with weights (parameters only of the model itself, or none): nothing per iteration
+        elif self._shards is not None:  # each rank reduces its own shards; a measured row is combined
+            weights, grads = self._shards.local(weights), self._shards.local(grads)
+        if weights and not self._sentinel.done:
+            self._sentinel.check(step, weights, grads, self._biases)
             # On a CPU it is known at once: that iteration's statistics show the NaN too. Not with sharded
             # weights (FSDP), where a measured row is combined over the ranks, which must all measure it.
             found = self._sentinel.done and self._shards is None
-        measure = found or index >= self._pacer.next or self.update_ratio.pending
+        measure = weights and (found or index >= self._pacer.next or self.update_ratio.pending)
         if measure:
             start = time.perf_counter()
             self._measure_parameters(step, weights, grads)
@@ -262,6 +269,7 @@ class HealthMonitor:
         self.scope.refresh_weights()
         self._pieces = LayerPieces(self.scope.weighted)
         self._sentinel.layers = self._pieces.names
+        self._sentinel.bias_layers = [name for name, _ in self.scope.biases]
         self.update_ratio.forget()
         self._rebuild_buffers()
         if self.on_weights_changed is not None:
@@ -269,6 +277,7 @@ class HealthMonitor:
 
     def _rebuild_buffers(self) -> None:
         self._weights = self._pieces.weights
+        self._biases = [bias for _, bias in self.scope.biases]
         self._iteration_rows = RowBuffer(list(self.iteration_families))
         self._activation_rows = RowBuffer([*self.activation_families, self._checks])
 

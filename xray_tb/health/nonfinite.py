@@ -1,7 +1,7 @@
 """Finding the origin of the first non-finite value in a block of statistics.
 
 At the first step where anything is non-finite, the origin is the earliest layer in dataflow order
-whose weight (as the forward used it) or forward value (output or activation, seen at health steps) is
+whose weight or bias (as the forward used them) or forward value (output or activation, seen at health steps) is
 non-finite; when only gradients are, it is the latest layer in dataflow order with a non-finite
 gradient: where backward starts.
 """
@@ -15,7 +15,7 @@ import numpy as np
 from xray_tb.health.findings import NonFinite
 
 #: Forward kinds in the order they are named when one layer has several.
-_FORWARD_KINDS = ("weight", "output", "activation")
+_FORWARD_KINDS = ("weight", "bias", "output", "activation")
 
 
 class FlagRows:
@@ -59,5 +59,5 @@ def first_nonfinite(rows: FlagRows, order: list[str]) -> Optional[NonFinite]:
         _, kind, layer = min(forward, key=lambda item: (item[0], _FORWARD_KINDS.index(item[1])))
         return NonFinite(step, layer, kind)
     grads = kinds.get("weight_grad", set())
-    layer = max(grads, key=lambda name: rank.get(name, -1))
-    return NonFinite(step, layer, "weight_grad")
+    layer = max(grads | kinds.get("bias_grad", set()), key=lambda name: rank.get(name, -1))
+    return NonFinite(step, layer, "weight_grad" if layer in grads else "bias_grad")

@@ -29,26 +29,34 @@ _ZERO_CLAMPING = {"ReLU", "ReLU6", "relu", "relu6"}
 
 
 def weight_parameters(module: nn.Module) -> list[nn.Parameter]:
-    """The parameters that train as the module's own weights, in registration order: ``weight``, and the
-    weights of modules with several (``weight_ih_l0`` and ``weight_hh_l0`` of an LSTM or GRU,
-    ``in_proj_weight`` of ``nn.MultiheadAttention``), followed to the parameters that train where a
-    weight is computed from them: ``weight_orig`` (``torch.nn.utils.prune``), every original of a
-    parametrization (``original0`` and ``original1`` of ``parametrizations.weight_norm``) and ``weight_g``
-    and ``weight_v`` of the legacy ``torch.nn.utils.weight_norm``. Biases are not weights."""
-    found: list[nn.Parameter] = []
-    for name, param in module._parameters.items():
-        if isinstance(param, nn.Parameter) and _is_weight_name(name.removesuffix("_orig")):
-            found.append(param)
+    """The parameters that train as the module's own weights, in registration order: every parameter
+    of its own that is not a bias (``weight``; ``weight_ih_l0`` and ``weight_hh_l0`` of an LSTM or GRU;
+    ``in_proj_weight`` of ``nn.MultiheadAttention``; a custom module's ``w`` used through ``F.linear``),
+    followed to the parameters that train where a weight is computed from them: ``weight_orig``
+    (``torch.nn.utils.prune``), every original of a parametrization (``original0`` and ``original1`` of
+    ``parametrizations.weight_norm``) and ``weight_g`` and ``weight_v`` of the legacy
+    ``torch.nn.utils.weight_norm``. Biases (``bias``, ``bias_*``, ``*_bias``) are not weights."""
+    found = _own(module, lambda name: not _is_bias_name(name))
     parametrizations = module._modules.get("parametrizations")
     if parametrizations is not None:
         for name, parametrization in parametrizations.named_children():
-            if _is_weight_name(name):
+            if not _is_bias_name(name):
                 found.extend(p for p in parametrization._parameters.values() if isinstance(p, nn.Parameter))
     return found
 
 
-def _is_weight_name(name: str) -> bool:
-    return name == "weight" or name.startswith("weight_") or name.endswith("_weight")
+def bias_parameters(module: nn.Module) -> list[nn.Parameter]:
+    """The module's own biases (``bias``, an LSTM's ``bias_ih_l0``, MHA's ``in_proj_bias``), for the
+    non-finite sentinel to name a NaN bias in its own layer."""
+    return _own(module, _is_bias_name)
+
+
+def _own(module: nn.Module, keep) -> list[nn.Parameter]:
+    return [param for name, param in module._parameters.items() if isinstance(param, nn.Parameter) and keep(name.removesuffix("_orig"))]
+
+
+def _is_bias_name(name: str) -> bool:
+    return name == "bias" or name.startswith("bias_") or name.endswith("_bias")
 
 
 @dataclasses.dataclass
@@ -120,6 +128,20 @@ class Scope:
             for name in self.order
             if (params := weight_parameters(self.modules[name]))
         ]
+        #: ``(layer, bias)`` of every layer's biases, in dataflow order.
+        self.biases = [(name, bias) for name in self.order for bias in bias_parameters(self.modules[name])]
+
+    def sharing(self) -> frozenset:
+        """The weighted layers whose every weight an earlier layer holds too (a language model's head
+        tied to its embedding): a global gradient norm counts their weights once."""
+        seen: set[int] = set()
+        sharing = set()
+        for layer in self.weighted:
+            ids = {id(param) for param in layer.params}
+            if ids <= seen:
+                sharing.add(layer.name)
+            seen |= ids
+        return frozenset(sharing)
 
     def replaced(self) -> bool:
         """Whether a layer's weights are other parameter objects now than when last found

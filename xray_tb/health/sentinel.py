@@ -8,13 +8,17 @@ Cheap by construction, and without a host sync per iteration on a GPU:
   overflows) gives a flag per tensor; the flags of the first iteration with any flag, and its step,
   are kept on the device (a few ``where``) and read when the statistics are next written;
 * on a CPU, where reading a value costs no sync and memory bandwidth is what a check costs, each
-  gradient's sum (a NaN or an infinity makes it non-finite) is added up and read; only when the total
-  is not finite are the weights and gradients checked one by one (``isfinite``), so a finite tensor
-  whose sum overflows is never flagged. The weights are not summed each iteration: a non-finite
-  weight that the forward uses makes that iteration's loss, and so the gradients, non-finite, which
-  trips the check at the same iteration (a weight outside the gradient's path, such as an embedding
-  row never looked up, is seen at the next measured iteration). This halves the check's cost on
-  wide CPU models (0.2 ms instead of 0.4 ms an iteration on a 1.8 M-weight MLP).
+  weight's and each gradient's sum (a NaN or an infinity makes it non-finite) is added up and read;
+  only when the total is not finite are they checked one by one (``isfinite``), so a finite tensor
+  whose sum overflows is never flagged. The weights are summed too, although a non-finite weight that
+  the forward uses mostly makes the gradients non-finite: an infinite weight whose unit a ReLU, a
+  sigmoid or a tanh clamps leaves the loss and every gradient finite, and so does an embedding row
+  never looked up.
+
+Biases (and the other parameters of a layer that are not weights) are checked where a non-finite value
+was found, so that a NaN bias is named in its own layer, not in the last layer with a non-finite
+gradient; on a CPU they are not summed every iteration (a non-finite bias the forward uses makes the
+gradients non-finite; one that is clamped away, as above, is not seen).
 
 After the first non-finite iteration the sentinel stops: only the first one is reported. Under FSDP each
 rank checks its own shards, and with :attr:`NonFiniteSentinel.shared` only what the ranks agreed on
@@ -29,16 +33,18 @@ from typing import Optional
 
 import torch
 
+from xray_tb import sharding
 from xray_tb.health import reductions
 from xray_tb.health.nonfinite import FlagRows
 from xray_tb.health.stats.base import stored_values
 
 
 class NonFiniteSentinel:
-    """Flags for the first iteration with a non-finite weight or gradient, by layer and kind."""
+    """Flags for the first iteration with a non-finite weight, bias or gradient, by layer and kind."""
 
-    def __init__(self, layers: list[str]):
-        self.layers = layers
+    def __init__(self, layers: list[str], bias_layers: Optional[list[str]] = None):
+        self.layers = layers  # the layer of each weight
+        self.bias_layers = bias_layers or []  # the layer of each bias
         self.done = False  # a first non-finite iteration was found (or its search is over)
         self._found: Optional[tuple[int, list[bool]]] = None  # (step, flags), weights then grads
         self._device_state: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None  # seen, step, flags
@@ -47,24 +53,33 @@ class NonFiniteSentinel:
         self.shared = False  # sharded weights: report what the ranks agreed on, not this rank's own find
         self._agreed: Optional[tuple[int, list[bool]]] = None
 
-    def check(self, step: int, weights: list[torch.Tensor], grads: list[Optional[torch.Tensor]]) -> None:
-        """Check one iteration's weights and gradients (None for a missing gradient)."""
+    @property
+    def flag_count(self) -> int:
+        """How many flags a find holds: weights, their gradients, biases, their gradients."""
+        return 2 * (len(self.layers) + len(self.bias_layers))
+
+    def check(self, step: int, weights: list[torch.Tensor], grads: list[Optional[torch.Tensor]],
+              biases: Optional[list[torch.Tensor]] = None) -> None:
+        """Check one iteration's weights and gradients (None for a missing gradient), and ``biases``."""
         with torch.no_grad():
             if self._on_cpu is None:
                 self._on_cpu = all(w.device.type == "cpu" for w in weights)
             if self._on_cpu:  # the common CPU case first, with as little Python as possible
-                total, seen = 0.0, False
-                for g in grads:  # one reduction per gradient, added up on the host: no stack, no allocation
-                    if g is not None:
-                        if g.layout != torch.strided:  # a sparse one (nn.Embedding(sparse=True)): what it stores
-                            g = stored_values(g)
-                            if g is None:
+                total = 0.0
+                for t in grads:  # one reduction per tensor, added up on the host: no stack, no allocation
+                    if t is not None:
+                        if t.layout != torch.strided:  # a sparse one (nn.Embedding(sparse=True)): what it stores
+                            t = stored_values(t)
+                            if t is None:
                                 continue
-                        total += float(g.sum(dtype=torch.float32))  # a float16 sum would overflow
-                        seen = True
-                if not seen or math.isfinite(total):
-                    return  # no gradient yet (weights are then checked at measured iterations), or all finite
-            tensors = [*weights, *[None if g is None else stored_values(g) for g in grads]]
+                        total += float(t.sum(dtype=torch.float32))  # a float16 sum would overflow
+                for t in weights:
+                    total += float(t.sum(dtype=torch.float32))
+                if math.isfinite(total):
+                    return
+            biases = biases or []
+            tensors = [*weights, *[None if g is None else stored_values(g) for g in grads],
+                       *map(sharding.local, biases), *[None if b.grad is None else stored_values(sharding.local(b.grad)) for b in biases]]
             positions = [i for i, t in enumerate(tensors) if t is not None and t.numel()]
             checked = [tensors[i] for i in positions]
             if not checked:
@@ -141,8 +156,9 @@ class NonFiniteSentinel:
         if found is None:
             return
         step, flags = found
-        count = len(self.layers)
-        for kind, offset in (("weight", 0), ("weight_grad", count)):
-            layers = [self.layers[i] for i in range(count) if flags[offset + i]]
-            for layer in layers:
-                rows.by_step.setdefault(step, {}).setdefault(kind, set()).add(layer)
+        count, biases = len(self.layers), len(self.bias_layers)
+        for kind, names, offset in (("weight", self.layers, 0), ("weight_grad", self.layers, count),
+                                    ("bias", self.bias_layers, 2 * count), ("bias_grad", self.bias_layers, 2 * count + biases)):
+            for i, name in enumerate(names):
+                if offset + i < len(flags) and flags[offset + i]:
+                    rows.by_step.setdefault(step, {}).setdefault(kind, set()).add(name)

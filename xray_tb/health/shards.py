@@ -86,7 +86,7 @@ class ShardedHealth:
     def _found(self) -> torch.Tensor:
         """This rank's first non-finite iteration: its step (-1: none) and flags, weights then gradients."""
         found = self._sentinel.local_find()
-        flags = found[1] if found is not None else [False] * (2 * len(self._sentinel.layers))
+        flags = found[1] if found is not None else [False] * self._sentinel.flag_count
         return torch.tensor([-1.0 if found is None else float(found[0]), *map(float, flags)], dtype=torch.float64)
 
     def _agree(self, found: torch.Tensor) -> None:
