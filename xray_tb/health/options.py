@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional, Union
 
 from xray_tb.capture.schedules import ScheduleLike, as_schedule
 from xray_tb.health.rules import make_rules
-from xray_tb.health.rules.base import is_number
+from xray_tb.health.rules.base import is_number, plain_number, whole
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,13 +63,15 @@ class HealthOptions:
     rules: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
-        if self.every != "auto" and (isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1):
+        for field in dataclasses.fields(self):  # numpy numbers (np.int64(4)) become ints and floats
+            object.__setattr__(self, field.name, plain_number(getattr(self, field.name)))
+        if self.every != "auto" and (whole(self.every) is None or self.every < 1):
             raise ValueError(f"HealthOptions(every=...) takes 'auto' or a whole number >= 1, got {self.every!r}")
         if self.budget is not None and (not is_number(self.budget) or not 0 < self.budget <= 1):
             raise ValueError(f"HealthOptions(budget=...) takes a share of the step time in (0, 1], got {self.budget!r}")
         for name in ("update_every", "dead_window", "flush_every", "histograms_every"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if whole(value) is None or value < 1:
                 raise ValueError(f"HealthOptions({name}=...) takes a whole number >= 1, got {value!r}")
         if not is_number(self.flush_seconds) or self.flush_seconds < 0:
             raise ValueError(f"HealthOptions(flush_seconds=...) takes a number of seconds >= 0, got {self.flush_seconds!r}")
@@ -84,7 +86,7 @@ class HealthOptions:
             raise ValueError(f"HealthOptions(rules=...) takes a dict {{rule: {{setting: value}} or False}}, got {self.rules!r}; "
                              f"e.g. rules={{'saturation': False}}")
         make_rules(self.rules, self.dead_window)  # raises on an unknown rule or setting, or a bad value
-        if self.channel_dim is not None and (isinstance(self.channel_dim, bool) or not isinstance(self.channel_dim, int)):
+        if self.channel_dim is not None and whole(self.channel_dim) is None:
             raise ValueError(f"HealthOptions(channel_dim=...) takes a dimension index or None, got {self.channel_dim!r}")
         as_schedule(self.activations)  # raises on a bad schedule
 

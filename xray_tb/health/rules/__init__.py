@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from xray_tb.health.rules.base import Rule, RuleInput
+from xray_tb.health.rules.base import Rule, RuleInput, unknown_names
 from xray_tb.health.rules.dead_units import DeadUnitsRule
 from xray_tb.health.rules.exploding_gradient import ExplodingGradientRule
 from xray_tb.health.rules.nonfinite import NonFiniteRule
@@ -23,7 +23,7 @@ def make_rules(settings: Mapping[str, Any], dead_window: int) -> list[Rule]:
     """The rules, with ``settings`` ``{rule: {setting: value} or False}`` applied."""
     unknown = sorted(set(settings) - set(RULES))
     if unknown:
-        raise ValueError(f"HealthOptions(rules=...) names unknown rules {', '.join(map(repr, unknown))}; the rules: {', '.join(RULES)}")
+        raise ValueError(f"HealthOptions(rules=...) names unknown rules {unknown_names(unknown, RULES)}; the rules: {', '.join(RULES)}")
     rules = []
     for name, rule in RULES.items():
         given = settings.get(name, {})

@@ -1,5 +1,6 @@
 """What a finding rule is: a class with a ``name``, documented ``defaults`` (overridable through
-``HealthOptions(rules={name: {...}})``), and ``check(block)`` returning where it holds.
+``HealthOptions(rules={name: {...}})``, their types judged from the defaults, their ranges checked by the
+rule's ``validate()``), and ``check(block)`` returning where it holds.
 
 Rules see the statistics as they reach the host, one block at a time, with every step in it, so a
 finding's step is the step where the rule first held even though it is judged later. A rule keeps what
@@ -10,10 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
+from collections.abc import Iterable
 from typing import Any, Optional
 
 import numpy as np
 
+from tb_plugin.close_matches import close_matches
 from xray_tb.health.findings import Hit, NonFinite
 
 
@@ -36,18 +40,33 @@ class RuleInput:
 
 
 class Rule:
+    """A finding rule. A rule whose settings have a range checks them in :meth:`validate`."""
+
     name = ""
     defaults: dict[str, Any] = {}
 
     def __init__(self, **settings: Any):
         unknown = sorted(set(settings) - set(self.defaults))
+        if unknown and not self.defaults:
+            raise ValueError(f"rule {self.name!r} takes no settings, got {', '.join(map(repr, unknown))}: it can only be "
+                             f"switched off, with HealthOptions(rules={{{self.name!r}: False}})")
         if unknown:
-            raise ValueError(f"rule {self.name!r} has no setting {', '.join(map(repr, unknown))}; its settings: {', '.join(self.defaults)}")
+            raise ValueError(f"rule {self.name!r} has no setting {unknown_names(unknown, self.defaults)}; "
+                             f"its settings: {', '.join(self.defaults)}")
         for key, value in settings.items():
             expected = _expected(self.defaults[key], value)
             if expected:
-                raise ValueError(f"HealthOptions(rules={{{self.name!r}: {{{key!r}: ...}}}}) takes {expected}, got {value!r}")
-        self.settings = {**self.defaults, **settings}
+                raise ValueError(_refused(self.name, key, value, expected))
+        self.settings = {**self.defaults, **{key: plain_number(value) for key, value in settings.items()}}
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the settings' ranges with :meth:`require` (their types are checked already)."""
+
+    def require(self, key: str, ok: bool, allowed: str) -> None:
+        """Raise, naming the rule, setting ``key``, its value and what it takes (``allowed``), unless ``ok``."""
+        if not ok:
+            raise ValueError(_refused(self.name, key, self.settings[key], allowed))
 
     def check(self, block: RuleInput) -> list[Hit]:
         raise NotImplementedError
@@ -57,19 +76,49 @@ class Rule:
 
 
 def is_number(value: Any) -> bool:
-    """An int or a float, not a bool (which Python counts as an int)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A real number (an int, a float, a numpy one), not a bool (which Python counts as an int)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def whole(value: Any) -> Optional[int]:
+    """``value`` as an int when it is a whole number (an int or a numpy integer, not a bool), else None."""
+    return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else None
+
+
+def unknown_names(unknown: Iterable[str], known: Iterable[str]) -> str:
+    """``'a', 'b' (did you mean 'c'?)``: the ``unknown`` names, and the ``known`` ones close to them, if any
+    (only the closest where it is a likely typo)."""
+    known = list(known)
+    close = dict.fromkeys(match for name in unknown
+                          for match in close_matches(name, known, n=1, cutoff=0.8) or close_matches(name, known, n=3))
+    return ", ".join(map(repr, unknown)) + (f" (did you mean {', '.join(map(repr, close))}?)" if close else "")
+
+
+def plain_number(value: Any) -> Any:
+    """A number as a Python int or float (numpy ones included); anything else as it is."""
+    if not is_number(value):
+        return value
+    return whole(value) if whole(value) is not None else float(value)
+
+
+#: What a ``fraction`` setting takes.
+SHARE = "a share in [0, 1) (False switches the rule off)"
+
+
+def _refused(rule: str, key: str, value: Any, allowed: str) -> str:
+    return f"HealthOptions(rules={{{rule!r}: {{{key!r}: ...}}}}) takes {allowed}, got {value!r}"
 
 
 def _expected(default: Any, value: Any) -> str:
     """What a setting takes, judged from its default, when ``value`` is not that; "" when it is. An int
     default (a count of steps) takes a whole number >= 1, a float one any finite number, a None one
     (``after``) None or a whole number >= 1."""
-    whole = is_number(value) and isinstance(value, int) and value >= 1
+    count = whole(value)
     if isinstance(default, bool):
         return "" if isinstance(value, bool) else "True or False"
     if isinstance(default, int) or default is None:
-        return "" if whole or (default is None and value is None) else "a whole number >= 1" + (" or None" if default is None else "")
+        ok = (count is not None and count >= 1) or (default is None and value is None)
+        return "" if ok else "a whole number >= 1" + (" or None" if default is None else "")
     if isinstance(default, float):
         return "" if is_number(value) and math.isfinite(value) else "a finite number"
     return ""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from xray_tb.health.findings import Hit
-from xray_tb.health.rules.base import Rule, RuleInput, first_hits
+from xray_tb.health.rules.base import SHARE, Rule, RuleInput, first_hits
 
 
 class DeadUnitsRule(Rule):
@@ -20,6 +20,9 @@ class DeadUnitsRule(Rule):
         self._after = self.settings["after"] if self.settings["after"] is not None else window
         self._counts = None
         self._seen: set = set()
+
+    def validate(self) -> None:
+        self.require("fraction", 0 <= self.settings["fraction"] < 1, SHARE)
 
     def check(self, block: RuleInput) -> list[Hit]:
         fractions = block.health_stats.get("dead_fraction")

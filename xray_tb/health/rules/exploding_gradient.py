@@ -23,6 +23,10 @@ class ExplodingGradientRule(Rule):
         self._tail = None  # the last `window` rows of grad_l2, across blocks
         self._seen: set = set()
 
+    def validate(self) -> None:
+        self.require("max_norm", self.settings["max_norm"] > 0, "a gradient norm > 0")
+        self.require("growth", self.settings["growth"] > 1, "a factor > 1 (of the recent median norm)")
+
     def check(self, block: RuleInput) -> list[Hit]:
         if "grad_l2" not in block.stats or not block.stats["grad_l2"].size:
             return []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from xray_tb.health.findings import Hit
-from xray_tb.health.rules.base import Rule, RuleInput, first_hits
+from xray_tb.health.rules.base import SHARE, Rule, RuleInput, first_hits
 
 
 class SaturationRule(Rule):
@@ -16,6 +16,9 @@ class SaturationRule(Rule):
     def __init__(self, **settings):
         super().__init__(**settings)
         self._seen: set = set()
+
+    def validate(self) -> None:
+        self.require("fraction", 0 <= self.settings["fraction"] < 1, SHARE)
 
     def check(self, block: RuleInput) -> list[Hit]:
         values = block.health_stats.get("saturation")

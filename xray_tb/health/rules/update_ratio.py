@@ -17,6 +17,11 @@ class UpdateRatioRule(Rule):
         super().__init__(**settings)
         self._recent: dict[str, np.ndarray] = {}  # each layer's last window - 1 measured ratios
 
+    def validate(self) -> None:
+        low, high = self.settings["low"], self.settings["high"]
+        self.require("low", low >= 0, "a ratio >= 0")
+        self.require("high", high > low, f"a ratio above low ({low!r})")
+
     def check(self, block: RuleInput) -> list[Hit]:
         ratios = block.stats.get("update_ratio")
         if ratios is None:

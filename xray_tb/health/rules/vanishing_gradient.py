@@ -22,6 +22,9 @@ class VanishingGradientRule(Rule):
         self._streaks = Streaks()
         self._seen: set = set()
 
+    def validate(self) -> None:
+        self.require("ratio", 0 < self.settings["ratio"] < 1, "a ratio in (0, 1) of the largest layer's gradient")
+
     def check(self, block: RuleInput) -> list[Hit]:
         if "grad_l2" not in block.stats or not block.stats["grad_l2"].size:
             return []

@@ -23,6 +23,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from xray_tb.health.rules.base import is_number
 from xray_tb.health.stats.base import ActivationStatistic, ActivationValue
 
 
@@ -82,7 +83,7 @@ class DeadUnits(ActivationStatistic):
 
     def dead(self, threshold: Optional[float] = None) -> dict[str, list[int]]:
         """``{layer: sorted dead unit indices}`` for layers with at least one dead unit (one host sync)."""
-        threshold = self.threshold if threshold is None else float(threshold)
+        threshold = self.threshold if threshold is None else finite_threshold(threshold)
         found = {}
         for layer, ring in zip(self.layers, self._rings):
             if ring is not None:
@@ -95,6 +96,17 @@ class DeadUnits(ActivationStatistic):
         """Forget what was seen of ``layer`` (its units changed, e.g. by pruning)."""
         index = self.layers.index(layer)
         self._rings[index] = self._last[index] = None
+
+
+def finite_threshold(threshold) -> float:
+    """``threshold`` (of ``xray.dead_units()`` and ``xray.prune()``) as a float; raises unless a finite number."""
+    taken = ("takes a finite number: a unit is dead when its activation stays at or below it "
+             f"(None: HealthOptions.dead_threshold, 0 by default); got {threshold!r}")
+    if not is_number(threshold):
+        raise TypeError(f"threshold= {taken}")
+    if not math.isfinite(threshold):
+        raise ValueError(f"threshold= {taken}")
+    return float(threshold)
 
 
 class _Ring:
