@@ -24,6 +24,9 @@ of a health step.
   alone (another one stopped calling) raises it after ``collective_timeout`` seconds. Under DDP nothing
   else Xray does issues a collective: not the pacing of the per-iteration statistics (decided per rank,
   from its own timing, and harmless since they need no collective), not a flush, not ``close()``.
+* DDP's ``Join`` (uneven inputs) shadows DDP's collectives on a rank that ran out of inputs, not Xray's:
+  under ``Join([ddp])`` the others would wait alone at their next health step. The first gather made
+  under it warns (:meth:`Group.gather`), pointing to ``throw_on_early_termination=True``.
 * Under FSDP (sharded parameters, :mod:`xray_tb.sharding`) captures, measured iterations and ``close()``
   gather too, each kind of gather agreeing on its own size (:mod:`xray_tb.capture.sharded`,
   :mod:`xray_tb.health.shards`). Once a collective failed, :attr:`Group.failed` says so and ``close()``
@@ -33,6 +36,8 @@ of a health step.
 from __future__ import annotations
 
 import datetime
+import warnings
+import weakref
 from typing import Optional, Union
 
 import torch
@@ -60,6 +65,26 @@ def unwrap(model: nn.Module) -> nn.Module:
     return model.module if isinstance(model, DistributedDataParallel) else model
 
 
+def ddp_of(model: nn.Module) -> Optional[nn.Module]:
+    """The ``DistributedDataParallel`` among ``model``'s wrappers (a compiled module's ``_orig_mod``), else None."""
+    try:
+        from torch.nn.parallel import DistributedDataParallel
+    except ImportError:  # pragma: no cover - torch built without distributed
+        return None
+    while isinstance(model, nn.Module) and not isinstance(model, DistributedDataParallel):
+        model = getattr(model, "_orig_mod", None)
+    return model
+
+
+JOIN_WARNING = (
+    "the DDP model runs under Join([ddp]) without throw_on_early_termination=True: Join shadows DDP's "
+    "collectives on a rank that ran out of inputs, but not Xray's health collectives, so the other ranks "
+    "stop at their next health step after collective_timeout= with DistributedMismatch. Use "
+    "Join([ddp], throw_on_early_termination=True) (every rank then stops at the next forward, and "
+    "xray.close() works), or give every rank the same number of batches (DistributedSampler(drop_last=True))"
+)
+
+
 def timeout_seconds(value: Union[float, int, datetime.timedelta]) -> datetime.timedelta:
     if isinstance(value, datetime.timedelta):
         value = value.total_seconds()
@@ -78,9 +103,9 @@ class Group:
     default), and its peers' next collective then fails instead of waiting. Values travel through host
     memory: small vectors at health steps, and under FSDP the rows a capture keeps. The group lives as
     long as the process (destroying it while a peer may still be reading its last collective could cut
-    that short)."""
+    that short). ``model``: the model given to ``Xray()``, whose DDP wrapper is watched for ``Join``."""
 
-    def __init__(self, timeout: datetime.timedelta):
+    def __init__(self, timeout: datetime.timedelta, model: Optional[nn.Module] = None):
         import torch.distributed as dist
 
         self.rank = dist.get_rank()
@@ -89,6 +114,8 @@ class Group:
         self.failed = False  # a collective failed or the ranks disagreed: the ranks are out of step for good
         self._sizes: dict[str, int] = {}  # the length of the values every rank sends, per kind of gather
         self.device = torch.device("cpu")
+        ddp = ddp_of(model)
+        self._ddp = None if ddp is None else weakref.ref(ddp)  # until Join([ddp]) is warned about
         try:
             self._group = dist.new_group(backend="gloo", timeout=timeout)
         except RuntimeError as error:  # a rank that creates no Xray (or much later): the others give up here
@@ -96,13 +123,13 @@ class Group:
             raise self._mismatch("construction", 0, error) from error
 
     @classmethod
-    def current(cls, timeout: datetime.timedelta) -> Optional["Group"]:
+    def current(cls, timeout: datetime.timedelta, model: Optional[nn.Module] = None) -> Optional["Group"]:
         """The initialised default group of more than one process, else None."""
         import torch.distributed as dist
 
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
             return None
-        return cls(timeout)
+        return cls(timeout, model)
 
     def gather(self, step: int, parts: torch.Tensor, what: str = "health") -> torch.Tensor:
         """Every rank's ``parts`` (1-D), one row per rank, on ``parts``'s device.
@@ -114,6 +141,7 @@ class Group:
         Each kind of gather (``what``: health, iteration, capture) agrees on its own size.
         Raises :class:`DistributedMismatch` when the ranks are at different steps or have
         different lengths, or when the others do not come within the timeout."""
+        self._warn_about_join()
         length = parts.numel()
         head = torch.tensor([float(step), float(length)], dtype=torch.float64, device=parts.device)
         while True:
@@ -135,6 +163,14 @@ class Group:
                 return gathered[:, 2:2 + length]
             self._sizes[what] = length
 
+    def _warn_about_join(self) -> None:
+        """Warn once when the DDP model runs under ``Join`` with ``throw_on_early_termination=False``
+        (its private ``_join_config``, read with care)."""
+        config = getattr(self._ddp and self._ddp(), "_join_config", None)
+        if getattr(config, "enable", False) is True and getattr(config, "throw_on_early_termination", True) is False:
+            self._ddp = None
+            warnings.warn(JOIN_WARNING, stacklevel=2)
+
     def _all_gather(self, flat: torch.Tensor, step: int, what: str) -> torch.Tensor:
         import torch.distributed as dist
 
@@ -149,7 +185,8 @@ class Group:
 
     def _mismatch(self, what: str, step: int, error: Exception) -> "DistributedMismatch":
         hint = _HINTS.get(what, "Every rank must call take_graphs() (or step its optimizer) the same number of times, "
-                                "on models of the same layers")
+                                "on models of the same layers; a rank that ran out of inputs stops calling it (uneven "
+                                "data, e.g. under DDP's Join([ddp]): use Join([ddp], throw_on_early_termination=True))")
         return DistributedMismatch(
             f"rank {self.rank}: Xray's {what} collective at step {step} failed or waited more than "
             f"{self.timeout.total_seconds():g} s for the other ranks ({error}). {hint}"
