@@ -190,3 +190,22 @@ def test_sparse_calls_without_a_step_keep_the_iterations_numbers(tmp_path):
     layers, steps, values = open_run(tmp_path).health("grad_l2")
     assert steps.tolist()[:27] == list(range(27))
     np.testing.assert_allclose(values[layers.index("0"), :27], [norms[s] for s in range(27)], rtol=1e-5)
+
+
+def test_a_step_written_twice_is_listed_once_in_records(tmp_path):
+    """optimizer= and a call per micro-batch: both calls of a step write it; the run keeps the last write,
+    and records() lists the step once, as the run does."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Xray(model, torch.randn(4, 4), logdir=str(tmp_path), every=1, optimizer=optimizer,
+              plan={"0": {"weight_grad": True}}) as xray:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the second write of a step is warned about
+            for _ in range(3):
+                optimizer.zero_grad()
+                for _ in range(2):
+                    F.mse_loss(model(torch.randn(4, 4)), torch.randn(4, 2)).backward()
+                    xray.take_graphs()
+                optimizer.step()
+        assert xray.records() == {"0": {"weight_grad": [0, 1, 2]}} == open_run(tmp_path).records()

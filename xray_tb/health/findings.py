@@ -9,8 +9,8 @@ from typing import Any, Optional
 
 @dataclasses.dataclass(frozen=True)
 class NonFinite:
-    """Where non-finite values started: the step, the layer, and the kind (weight, output,
-    activation or weight_grad) in which the origin was seen."""
+    """Where non-finite values started: the step, the layer, and the kind (weight, bias, output,
+    activation, weight_grad or bias_grad) in which the origin was seen."""
 
     step: int
     layer: str
