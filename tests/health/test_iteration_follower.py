@@ -209,3 +209,50 @@ def test_a_step_written_twice_is_listed_once_in_records(tmp_path):
                     xray.take_graphs()
                 optimizer.step()
         assert xray.records() == {"0": {"weight_grad": [0, 1, 2]}} == open_run(tmp_path).records()
+
+
+def _scaled_loop(tmp_path, steps: int, overflow=(), nan_from=None, plant=None):
+    """A GradScaler loop with take_graphs() every step, after unscale_ and before scaler.step (the
+    documented AMP order); ``overflow`` steps overflow the scaled backward, which the scaler skips."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu")
+    skipped = []
+    with Xray(model, torch.randn(4, 8), logdir=str(tmp_path), health=HealthOptions(every=1)) as xray:
+        for step in range(steps):
+            if plant is not None:
+                plant(step, model)
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(torch.randn(4, 8)), torch.randint(0, 4, (4,)))
+            if step in overflow:
+                loss = loss * 1e38
+            if nan_from is not None and step >= nan_from:
+                loss = loss * math.nan
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            xray.take_graphs(step)
+            scale = scaler.get_scale()
+            scaler.step(optimizer)
+            scaler.update()
+            if scaler.get_scale() < scale:
+                skipped.append(step)
+        return xray.first_nonfinite, skipped
+
+
+def test_an_overflow_the_grad_scaler_skips_is_no_iteration_and_no_nonfinite_value(tmp_path):
+    found, skipped = _scaled_loop(tmp_path, 30, overflow=(5, 6, 20))
+    assert skipped == [5, 6, 20] and found is None
+    steps = open_run(tmp_path).health("grad_l2")[1].tolist()
+    assert steps == [s for s in range(30) if s not in skipped]
+
+
+def test_under_a_grad_scaler_a_nan_weight_and_a_loss_that_stays_nan_are_still_found(tmp_path):
+    def plant(step, model):
+        if step == 17:
+            with torch.no_grad():
+                model[2].weight[1, 1] = math.nan
+
+    assert _scaled_loop(tmp_path / "weight", 25, plant=plant)[0] == NonFinite(step=17, layer="2", kind="weight")
+    # every step skipped from 31 on: past the scaler's reach, the first of them is reported
+    assert _scaled_loop(tmp_path / "loss", 31 + 30, nan_from=31)[0] == NonFinite(step=31, layer="2", kind="weight_grad")

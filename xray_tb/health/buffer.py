@@ -55,8 +55,24 @@ class RowBuffer:
         """File every buffered row ``delta`` steps later."""
         self._steps = [step + delta for step in self._steps]
 
-    def take(self) -> Optional[Block]:
-        """The buffered rows on the host (None when there are none); the buffer is emptied."""
+    def drop(self, step: int) -> None:
+        """Forget the last row if it is ``step``'s."""
+        if self._steps and self._steps[-1] == step:
+            if self._absent and self._absent[-1][0] == len(self._rows) - 1:
+                del self._absent[-1]
+            del self._rows[-1], self._steps[-1], self._walls[-1]
+
+    def take(self, keep: Optional[int] = None) -> Optional[Block]:
+        """The buffered rows on the host (None when there are none); the buffer is emptied, but for the
+        last row when it is step ``keep``'s."""
+        if keep is not None and self._steps and self._steps[-1] == keep:
+            absent = self._absent[-1][1] if self._absent and self._absent[-1][0] == len(self._rows) - 1 else None
+            kept = (self._rows[-1], self._steps[-1], self._walls[-1])
+            self.drop(keep)
+            block = self.take()
+            self._rows, self._steps, self._walls = [kept[0]], [kept[1]], [kept[2]]
+            self._absent = [] if absent is None else [(0, absent)]
+            return block
         if not self._rows:
             return None
         matrix = torch.stack(self._rows).cpu().numpy().astype(np.float64)

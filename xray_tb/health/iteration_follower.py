@@ -45,6 +45,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from xray_tb.capture.hooks import Hook
+from xray_tb.health.skipped_steps import SkippedSteps
 
 
 class IterationFollower:
@@ -52,12 +53,14 @@ class IterationFollower:
 
     def __init__(self, weights: list[torch.nn.Parameter], iteration: Callable[[int], None], first_step: int,
                  modules: Optional[list[torch.nn.Module]] = None, on_replaced: Optional[Callable[[], None]] = None,
-                 on_renumber: Optional[Callable[[int], bool]] = None):
+                 on_renumber: Optional[Callable[[int], bool]] = None, skipped: Optional[SkippedSteps] = None):
         """``weights`` in dataflow order, each of the module at the same place in ``modules``;
         ``on_replaced`` is called when the marker is no longer its module's parameter (it should
         :meth:`rebind` the follower to the weights found again); ``on_renumber(delta)`` files the
-        iterations counted before the first call ``delta`` steps later (whether it could)."""
+        iterations counted before the first call ``delta`` steps later (whether it could); ``skipped`` withdraws
+        an iteration a call counted whose optimizer step did not run."""
         self._iteration = iteration
+        self._skipped = skipped
         self._followed: Optional[weakref.ref] = None  # the optimizer whose steps count
         # optimizers that step no marker: their parameter count when ignored; the first that held model weights
         self._ignored: "weakref.WeakKeyDictionary[torch.optim.Optimizer, int]" = weakref.WeakKeyDictionary()
@@ -111,7 +114,17 @@ class IterationFollower:
             if self._uncounted_calls == 2:  # not at the first: an accumulating loop's first optimizer step may be next
                 self._warn_uncounted()
         self._fresh, self._pending, self._uncounted = False, None, 0
+        if self._skipped is not None and self._known() is not None:
+            self._skipped.counted_by_call(step, self._marker)  # stands once the optimizer steps
         return True
+
+    def _known(self) -> Optional[torch.optim.Optimizer]:
+        """The optimizer known to step the model: the followed one, else the one that stepped its weights."""
+        for ref in (self._followed, self._candidate):
+            optimizer = ref() if ref is not None else None
+            if optimizer is not None:
+                return optimizer
+        return None
 
     def call_step(self, counted: int) -> int:
         """The step a ``take_graphs()`` call without one belongs to: the iteration of the latest backward
@@ -212,11 +225,15 @@ class IterationFollower:
         return next((w for w in self._weights if w.requires_grad and (held is None or id(w) in held)), None)
 
     def _backward(self) -> None:
+        if self._skipped is not None and self._skipped.waiting:
+            self._skipped.backward(self._marker)
         if self._fresh:
             self._uncounted += 1
         self._backward_seen = self._fresh = True
 
     def _before_step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self._skipped is not None and self._skipped.waiting and self._known() is optimizer:
+            self._skipped.confirm()
         if self._backward_seen and self._marker_missed():
             # The marker missed the backward that this step applies (frozen, or replaced): it moves,
             # and the step shows that a backward ran.

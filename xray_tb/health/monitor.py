@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from typing import Callable, Optional
 
 import torch
@@ -37,7 +36,7 @@ from xray_tb.health.stats import (
     ActivationStatistic, ChannelVariance, DeadUnits, ForwardChecks, GradientStatistics,
     IterationStatistic, IterationView, Saturation, Statistic, UpdateRatio, WeightNorm,
 )
-from xray_tb.health.stats.histograms import weight_histograms_event
+from xray_tb.health.stats.histograms import WeightHistograms
 from xray_tb.capture.hooks import TapRecorder
 from xray_tb.capture.shared_reductions import SharedReductions
 from xray_tb.capture.schedules import as_schedule
@@ -64,7 +63,7 @@ class HealthMonitor:
         weighted = [layer.name for layer in scope.weighted]
         self._pacer = Pacer(options.every, budget_for(options, device.type))
         self._flushed_at: Optional[int] = None  # the iteration count at the last write
-        self._histogram_step: Optional[int] = None  # the step of the last weight histograms
+        self._histograms = WeightHistograms(options.histograms_every)
         self.update_ratio = UpdateRatio(weighted, options.update_every)
         self.iteration_families: list[IterationStatistic] = [
             GradientStatistics(weighted, [layer.size for layer in scope.weighted]), WeightNorm(weighted), self.update_ratio]
@@ -81,14 +80,12 @@ class HealthMonitor:
                                    earlier_findings)
         self._iterations = 0
         self._measured = 0
+        self._held: Optional[int] = None  # an iteration waiting for its optimizer step
         self._grads_seen = False  # the last iteration had a gradient
         self.on_weights_changed: Optional[Callable[[], None]] = None  # called once the weights were found again
         self._vectors: list[tuple[int, float, dict[str, tuple[list[str], list[Optional[torch.Tensor]]]]]] = []
         self._rebuild_buffers()
-        if not scope.weighted and any(True for _ in model.parameters()):
-            warnings.warn("training health watches no weights: no submodule of the model holds a parameter of its own, so "
-                          "gradients and weights are not checked for NaN/Inf (activations still are); parameters the model "
-                          "itself holds are not covered: hold them in submodules", stacklevel=5)
+        scope.warn_if_no_weights(model)
         taps = set(scope.output_taps.values()) | {layer.source.tap for layer in scope.activations}
         self._recorder = TapRecorder.for_graph(model, scope.modules, graph, taps)
         self.arm_for(first_step)
@@ -96,10 +93,9 @@ class HealthMonitor:
     # Driving ------------------------------------------------------------------------------------
 
     def iteration(self, step: int, activations: bool = True) -> None:
-        """One training iteration, filed under ``step``: call after backward, before the optimizer step;
-        ``activations=False``: not a health step whatever the schedule (an iteration between
-        ``take_graphs()`` calls). Runs on every training step: an iteration that is not measured costs a
-        few comparisons."""
+        """One training iteration, filed under ``step``, after backward, before the optimizer step;
+        ``activations=False``: not a health step (an iteration between ``take_graphs()`` calls). Runs on
+        every training step: an iteration not measured costs the sentinel and a few comparisons."""
         index = self._iterations
         self._iterations = index + 1
         self._last_step = step
@@ -113,16 +109,13 @@ class HealthMonitor:
             self._grads_seen = False
         else:
             self._grads_seen = True
-        found = False
-        if not weights:
-            pass  # no layer with weights (parameters only of the model itself, or none): nothing per iteration
-        elif self._shards is not None:  # each rank reduces its own shards; a measured row is combined
+        if weights and self._shards is not None:  # each rank reduces its own shards; a measured row is combined
             weights, grads = self._shards.local(weights), self._shards.local(grads)
-        if weights and not self._sentinel.done:
+        if weights and not self._sentinel.done:  # none: no layer holds a parameter, nothing per iteration
             self._sentinel.check(step, weights, grads, self._biases)
-            # On a CPU it is known at once: that iteration's statistics show the NaN too. Not with sharded
-            # weights (FSDP), where a measured row is combined over the ranks, which must all measure it.
-            found = self._sentinel.done and self._shards is None
+        # On a CPU a find is known at once: that iteration's statistics show the NaN too. Not with sharded
+        # weights (FSDP), where a measured row is combined over the ranks, which must all measure it.
+        found = self._sentinel.found_at == step and self._shards is None
         measure = weights and (found or index >= self._pacer.next or self.update_ratio.pending)
         if measure:
             start = time.perf_counter()
@@ -136,11 +129,9 @@ class HealthMonitor:
             self.flush()
 
     def activations_before_capture(self, step: int, collective: bool = False) -> None:
-        """With ``optimizer=``, a capture comes before its iteration (the optimizer's step pre-hook):
-        take a health step's activation statistics first, so that the frames reuse their reductions,
-        and not again at the iteration. Under torch.distributed they stay at the iteration, where
-        every rank takes them in the same order as its other collectives, unless ``collective``: the
-        iteration was counted already, and every rank takes them here."""
+        """A capture before its iteration (``optimizer=``): a health step's activation statistics first, for
+        the frames to reuse, not again at the iteration. Under torch.distributed they stay at the iteration
+        (every rank's collectives in one order), unless ``collective``: every rank takes them here."""
         if (self._group is None or collective) and self._taken != step and self._activations_due(step):
             self._measure_activations(step)
             self._taken = step
@@ -149,12 +140,8 @@ class HealthMonitor:
         """At a capture: a histogram of each planned layer's weight (at captures ``histograms_every``
         steps apart), then write what is buffered (unless it was written less than ``flush_seconds``
         ago: frequent captures write in fewer, larger blocks)."""
-        last = self._histogram_step
-        if self.options.histograms and (last is None or step < last or step - last >= self.options.histograms_every):
-            event = weight_histograms_event(self.scope.weighted, planned, step)
-            if event is not None:
-                self._writer.sink.add_event(event)
-                self._histogram_step = int(step)
+        if self.options.histograms and self._histograms.due(step):
+            self._histograms.write(self._writer.sink, self.scope.weighted, planned, step)
         if self._training_seconds_since_flush() >= self.options.flush_seconds:
             self.flush()
 
@@ -200,6 +187,21 @@ class HealthMonitor:
             self._vectors.append((int(step), time.time(), vectors))
         self._recorder.clear()
 
+    # An iteration a call counted waits for its optimizer step (xray_tb.health.skipped_steps): its row and
+    # what the sentinel found in it are held, then stand (release) or are forgotten (withdraw).
+    def hold(self, step: int) -> None:
+        self._held = step
+        self._sentinel.hold(step)
+
+    def release(self, stepped: bool = True, reinstate: bool = False) -> None:
+        self._held = None
+        self._sentinel.release(stepped, reinstate)
+
+    def withdraw(self, step: int) -> None:
+        self._held = None
+        self._iteration_rows.drop(step)
+        self._sentinel.withdraw()
+
     def renumber(self, delta: int) -> bool:
         """File every iteration measured so far ``delta`` steps later, if none was written yet (the
         steps of iterations counted before the first ``take_graphs(step)`` named one); whether it did."""
@@ -208,6 +210,7 @@ class HealthMonitor:
         self._iteration_rows.shift(delta)
         self._activation_rows.shift(delta)
         self._sentinel.shift(delta)
+        self._held = None if self._held is None else self._held + delta
         self._vectors = [(step + delta, wall, vectors) for step, wall, vectors in self._vectors]
         self._last_step += delta
         return True
@@ -218,7 +221,7 @@ class HealthMonitor:
         """Bring the buffered rows to the host (one sync), judge them and write them (no-op once closed)."""
         if self._writer.sink is None:
             return
-        iterations, activations = self._iteration_rows.take(), self._activation_rows.take()
+        iterations, activations = self._iteration_rows.take(keep=self._held), self._activation_rows.take()
         vectors, self._vectors = self._vectors, []
         self._flushed_at = self._iterations
         self._writer.write(iterations, activations, vectors, self._last_step)
@@ -290,6 +293,7 @@ class HealthMonitor:
         """Write what is buffered and remove every hook; idempotent. A first non-finite value the ranks
         did not agree on (no :meth:`settle`, or it failed) is written as this rank saw it."""
         self._sentinel.shared = False
+        self.release()  # an iteration still waiting for its optimizer step stands
         try:
             self.flush()
         finally:

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Optional
 
 import torch
@@ -130,6 +131,13 @@ class Scope:
         ]
         #: ``(layer, bias)`` of every layer's biases, in dataflow order.
         self.biases = [(name, bias) for name in self.order for bias in bias_parameters(self.modules[name])]
+
+    def warn_if_no_weights(self, model: nn.Module) -> None:
+        """Say so when the model has parameters but no layer holds one (all held by the model itself)."""
+        if not self.weighted and any(True for _ in model.parameters()):
+            warnings.warn("training health watches no weights: no submodule of the model holds a parameter of its own, so "
+                          "gradients and weights are not checked for NaN/Inf (activations still are); parameters the model "
+                          "itself holds are not covered: hold them in submodules", stacklevel=6)
 
     def sharing(self) -> frozenset:
         """The weighted layers whose every weight an earlier layer holds too (a language model's head

@@ -52,6 +52,10 @@ class NonFiniteSentinel:
         self._on_cpu: Optional[bool] = None  # decided at the first check (the weights' device)
         self.shared = False  # sharded weights: report what the ranks agreed on, not this rank's own find
         self._agreed: Optional[tuple[int, list[bool]]] = None
+        self._held: Optional[int] = None  # the iteration whose find waits for its optimizer step
+        self._pending: Optional[tuple] = None  # what it found: (step, flags) on a CPU, (step, flags, positions, count) on a device
+        self.found_at: Optional[int] = None  # the step of the last find on a CPU (waiting or not)
+        self._skipped_first: Optional[tuple] = None  # the first find withdrawn in the current row of skipped steps
 
     @property
     def flag_count(self) -> int:
@@ -95,19 +99,30 @@ class NonFiniteSentinel:
         for position, tensor in zip(positions, checked):
             flags[position] = not bool(torch.isfinite(tensor).all())
         if any(flags):  # else a finite tensor's sum overflowed: nothing to report
-            self._found = (int(step), flags)
-            self.done = True
+            self.found_at = int(step)
+            if step == self._held:
+                self._pending = (int(step), flags)
+            else:
+                self._found = (int(step), flags)
+                self.done = True
 
     def _check_on_device(self, step: int, tensors: list, positions: list[int], checked: list[torch.Tensor]) -> None:
         flags = ~torch.isfinite(reductions.stacked_norms(checked, math.inf))
-        if self._device_state is None or self._slots != (positions, len(tensors)):
+        if step == self._held:
+            self._pending = (int(step), flags, positions, len(tensors))
+        else:
+            self._merge(int(step), flags, positions, len(tensors))
+
+    def _merge(self, step: int, flags: torch.Tensor, positions: list[int], count: int) -> None:
+        """Keep ``flags`` (on the device) if they are the first with a flag."""
+        if self._device_state is None or self._slots != (positions, count):
             self._read_device()  # what an earlier layout found stays found
             if self.done:
                 return
-            device = checked[0].device
+            device = flags.device
             self._device_state = (torch.zeros((), dtype=torch.bool, device=device), torch.full((), -1, dtype=torch.int64, device=device),
-                                  torch.zeros(len(checked), dtype=torch.bool, device=device))
-            self._slots = (positions, len(tensors))
+                                  torch.zeros(len(positions), dtype=torch.bool, device=device))
+            self._slots = (positions, count)
         seen, first_step, first_flags = self._device_state
         new = flags.any() & ~seen  # the flags stay all False until the first iteration with one
         first_flags.logical_or_(flags & new)
@@ -126,6 +141,44 @@ class NonFiniteSentinel:
             self._found = (int(first_step), flags)
             self.done = True
         self._device_state = None
+
+    def hold(self, step: int) -> None:
+        """What iteration ``step`` finds waits for :meth:`release` or :meth:`withdraw` (its optimizer step)."""
+        self._held = int(step)
+
+    def release(self, stepped: bool = True, reinstate: bool = False) -> None:
+        """The held iteration stands: what it found counts. ``stepped``: an optimizer step ran (a row of
+        skipped steps ended); ``reinstate``: the first of the skipped steps before it counts too."""
+        pending, self._pending, self._held = self._pending, None, None
+        first, self._skipped_first = self._skipped_first, None if stepped or reinstate else self._skipped_first
+        for found in (first if reinstate else None, pending):
+            if found is None or self.done:
+                continue
+            if len(found) == 2:
+                self._found, self.done = found, True
+            else:
+                self._merge(*found)
+
+    def withdraw(self) -> None:
+        """The held iteration was no iteration (its optimizer step was skipped): forget what it found in
+        the gradients. A non-finite weight or bias stays found: the forward used it, step or no step."""
+        pending, self._pending, self._held = self._pending, None, None
+        if pending is None or self.done:
+            return
+        if self._skipped_first is None:
+            self._skipped_first = pending  # reinstated if the skipped steps go on too long for a scaler
+        weights, biases = len(self.layers), len(self.bias_layers)
+        if len(pending) == 2:
+            step, flags = pending
+            kept = [flag and (i < weights or 2 * weights <= i < 2 * weights + biases) for i, flag in enumerate(flags)]
+            if any(kept):
+                self._found, self.done = (step, kept), True
+            else:
+                self.found_at = None
+            return
+        step, flags, positions, count = pending
+        forward = torch.tensor([i < weights or 2 * weights <= i < 2 * weights + biases for i in positions], device=flags.device)
+        self._merge(step, flags & forward, positions, count)
 
     def shift(self, delta: int) -> None:
         """File a first non-finite iteration found so far (and not agreed on yet) ``delta`` steps later."""

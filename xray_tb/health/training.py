@@ -21,6 +21,7 @@ from xray_tb.distributed import DistributedMismatch, Group
 from xray_tb.health import pruning
 from xray_tb.health.findings import Finding, NonFinite
 from xray_tb.health.iteration_follower import IterationFollower
+from xray_tb.health.skipped_steps import SkippedSteps
 from xray_tb.health.monitor import HealthMonitor
 from xray_tb.health.options import HealthOptions, as_options
 from xray_tb.health.stats import CUSTOM_KINDS, CustomActivationStatistic, CustomParameterStatistic
@@ -58,7 +59,8 @@ class TrainingHealth:
                                                [layer.module for layer in monitor.scope.weighted],
                                                lambda: self._contained("finding replaced weights at", recording.next_step,
                                                                        HealthMonitor.refresh_weights),
-                                               monitor.renumber)
+                                               monitor.renumber,
+                                               SkippedSteps(monitor.hold, monitor.release, monitor.withdraw))
             recording.on_release(self._follower.remove)
             monitor.on_weights_changed = self._rebind_follower
         recording.on_release(monitor.close)

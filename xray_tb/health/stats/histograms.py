@@ -164,3 +164,21 @@ def weight_histograms_event(layers: list[WeightedLayer], planned: list[str], ste
 
 def _flat(params: list[torch.Tensor]) -> torch.Tensor:
     return params[0] if len(params) == 1 else torch.cat([param.detach().reshape(-1) for param in params])
+
+
+class WeightHistograms:
+    """The weight histograms written at captures at least ``every`` steps apart (or after a step back)."""
+
+    def __init__(self, every: int):
+        self.every = every
+        self._last: Optional[int] = None  # the step of the last ones written
+
+    def due(self, step: int) -> bool:
+        last = self._last
+        return last is None or step < last or step - last >= self.every
+
+    def write(self, sink, layers: list[WeightedLayer], planned: list[str], step: int) -> None:
+        event = weight_histograms_event(layers, planned, step)
+        if event is not None:
+            sink.add_event(event)
+            self._last = int(step)
