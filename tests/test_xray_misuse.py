@@ -161,3 +161,20 @@ def test_bias_of_a_layer_built_without_one_is_refused(tmp_path):
         with pytest.raises(ValueError, match=r"'0' \(Linear\) has no bias \(it was built with bias=False\); turn off 'bias' and 'bias_grad'"):
             xray.set_plan({"0": {"weight": True, "bias": True}})
         assert xray.plan["0"]["weight"] and not xray.plan["0"]["bias"]
+
+
+def test_a_logdir_that_is_a_file_says_to_give_a_folder(tmp_path):
+    (tmp_path / "afile").write_text("not a folder")
+    for logdir in (tmp_path / "afile", tmp_path / "afile" / "run"):
+        with pytest.raises(ValueError, match=r"is a file: give a folder path such as 'runs/exp1'"):
+            Xray(nn.Sequential(nn.Linear(4, 2)), torch.randn(2, 4), logdir=logdir)
+
+
+def test_a_model_without_activations_records_its_layers_outputs(tmp_path):
+    """A logistic regression (one Linear, nothing after it): the draft records its output, not nothing."""
+    model = nn.Sequential(nn.Linear(4, 2))
+    with Xray(model, torch.randn(2, 4), logdir=str(tmp_path)) as xray:
+        assert xray.draft_plan()["0"]["output"]
+        model(torch.randn(3, 4)).sum().backward()
+        xray.take_graphs(0)
+        assert xray.records() == {"0": {"output": [0]}}

@@ -119,7 +119,7 @@ def test_trace_removes_what_forward_registered(model_cls):
 def test_xray_construction_removes_a_buffer_registered_in_forward(tmp_path):
     model = RegistersBuffer()
     before = _snapshot(model)
-    with Xray(model, torch.randn(5, 4), logdir=str(tmp_path)):
+    with Xray(model, torch.randn(5, 4), logdir=str(tmp_path), plan={"fc": {"weight": True}}):  # a plan of no hooks
         _assert_untouched(model, before)
     assert "seen_mean" not in model.state_dict()
 

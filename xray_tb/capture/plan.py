@@ -40,7 +40,9 @@ def _entry(**on: bool) -> dict[str, bool]:
 
 def draft_plan(index: graph.Graph) -> dict[str, dict[str, bool]]:
     """An entry for every module called in the forward: conv layers record output and activation,
-    linear layers their activation, everything else nothing (seed 000)."""
+    linear layers their activation, everything else nothing (seed 000). A model where that records
+    nothing (linear layers with no activation after them: a logistic regression) records the output of
+    its conv and linear layers instead."""
     plan = {}
     for name, node in index.layers.items():
         has_activation = index.activation_source(name) is not None
@@ -50,6 +52,10 @@ def draft_plan(index: graph.Graph) -> dict[str, dict[str, bool]]:
             plan[name] = _entry(activation=has_activation)
         else:
             plan[name] = _entry()
+    if not any(any(entry.values()) for entry in plan.values()):
+        for name, node in index.layers.items():
+            if node["type"] in graph.CONV_TYPES or node["type"] in graph.LINEAR_TYPES:
+                plan[name] = _entry(output=True)
     return plan
 
 

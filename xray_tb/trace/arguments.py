@@ -68,6 +68,12 @@ def logdir(value: Any) -> Optional[str]:
     path = os.fspath(value)
     if not isinstance(path, str) or not path:
         raise ValueError(f"logdir= must be a non-empty directory path, got {value!r}")
+    if "://" not in path:  # a local folder: no part of it may be a file
+        part = path
+        while part and not os.path.exists(part) and os.path.dirname(part) != part:
+            part = os.path.dirname(part)
+        if part and os.path.exists(part) and not os.path.isdir(part):
+            raise ValueError(f"logdir= is the run's folder, but {part!r} is a file: give a folder path such as 'runs/exp1'")
     return path
 
 
