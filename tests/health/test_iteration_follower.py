@@ -256,3 +256,24 @@ def test_under_a_grad_scaler_a_nan_weight_and_a_loss_that_stays_nan_are_still_fo
     assert _scaled_loop(tmp_path / "weight", 25, plant=plant)[0] == NonFinite(step=17, layer="2", kind="weight")
     # every step skipped from 31 on: past the scaler's reach, the first of them is reported
     assert _scaled_loop(tmp_path / "loss", 31 + 30, nan_from=31)[0] == NonFinite(step=31, layer="2", kind="weight_grad")
+
+
+def test_a_finite_step_the_loop_skips_stands_spike_and_all(tmp_path):
+    """A loop that skips the optimizer step on a loss spike (finite gradients): the spike's iteration
+    is kept, with its own gradient norm."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    norms = {}
+    with Xray(model, torch.randn(4, 8), logdir=str(tmp_path), health=HealthOptions(every=1)) as xray:
+        for step in range(12):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(torch.randn(4, 8)), torch.randint(0, 4, (4,)))
+            (loss * 1e4 if step == 7 else loss).backward()
+            norms[step] = model[2].weight.grad.norm().item()
+            xray.take_graphs(step)
+            if step != 7:
+                optimizer.step()
+    layers, steps, values = open_run(tmp_path).health("grad_l2")
+    assert steps.tolist() == list(range(12))
+    np.testing.assert_allclose(values[layers.index("2")], [norms[s] for s in range(12)], rtol=1e-5)

@@ -197,10 +197,12 @@ class HealthMonitor:
         self._held = None
         self._sentinel.release(stepped, reinstate)
 
-    def withdraw(self, step: int) -> None:
+    def withdraw(self, step: int) -> bool:
         self._held = None
-        self._iteration_rows.drop(step)
-        self._sentinel.withdraw()
+        withdrawn = self._sentinel.withdraw()  # only an iteration with a non-finite gradient
+        if withdrawn:
+            self._iteration_rows.drop(step)
+        return withdrawn
 
     def renumber(self, delta: int) -> bool:
         """File every iteration measured so far ``delta`` steps later, if none was written yet (the

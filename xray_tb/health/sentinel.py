@@ -159,26 +159,35 @@ class NonFiniteSentinel:
             else:
                 self._merge(*found)
 
-    def withdraw(self) -> None:
-        """The held iteration was no iteration (its optimizer step was skipped): forget what it found in
-        the gradients. A non-finite weight or bias stays found: the forward used it, step or no step."""
+    def withdraw(self) -> bool:
+        """The held iteration's optimizer step was skipped: if it found a non-finite gradient (an overflow a
+        scaler skipped), forget that and say so (True); a non-finite weight or bias stays found, the forward
+        used it. An iteration without one stands (False): skipping a finite step is the loop's own choice
+        (a guard against loss spikes), and the spike is worth seeing. One sync on a device."""
         pending, self._pending, self._held = self._pending, None, None
         if pending is None or self.done:
-            return
-        if self._skipped_first is None:
-            self._skipped_first = pending  # reinstated if the skipped steps go on too long for a scaler
+            return False
         weights, biases = len(self.layers), len(self.bias_layers)
+        forward = [i < weights or 2 * weights <= i < 2 * weights + biases for i in range(self.flag_count)]
         if len(pending) == 2:
             step, flags = pending
-            kept = [flag and (i < weights or 2 * weights <= i < 2 * weights + biases) for i, flag in enumerate(flags)]
+            if not any(flag and not forward[i] for i, flag in enumerate(flags)):
+                self._found, self.done = pending, True  # a weight or bias only: it stands as it is
+                return False
+            kept = [flag and forward[i] for i, flag in enumerate(flags)]
             if any(kept):
                 self._found, self.done = (step, kept), True
-            else:
-                self.found_at = None
-            return
-        step, flags, positions, count = pending
-        forward = torch.tensor([i < weights or 2 * weights <= i < 2 * weights + biases for i in positions], device=flags.device)
-        self._merge(step, flags & forward, positions, count)
+            self.found_at = self.found_at if any(kept) else None
+        else:
+            step, flags, positions, count = pending
+            mask = torch.tensor([forward[i] for i in positions], device=flags.device)
+            if not bool((flags & ~mask).any()):  # no non-finite gradient: the iteration stands
+                self._merge(*pending)
+                return False
+            self._merge(step, flags & mask, positions, count)
+        if self._skipped_first is None:
+            self._skipped_first = pending  # reinstated if the skipped steps go on too long for a scaler
+        return True
 
     def shift(self, delta: int) -> None:
         """File a first non-finite iteration found so far (and not agreed on yet) ``delta`` steps later."""

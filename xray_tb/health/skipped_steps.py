@@ -1,5 +1,5 @@
-"""Optimizer steps that do not run: an iteration that a ``take_graphs()`` call counted, and whose optimizer
-step is then skipped, is no iteration.
+"""Optimizer steps that do not run: an iteration that a ``take_graphs()`` call counted, whose optimizer step
+is then skipped for a non-finite gradient (a ``GradScaler``'s overflow), is no iteration.
 
 A ``GradScaler`` that finds an overflow in the scaled gradients skips ``optimizer.step()``: an overflow is
 the scaler's to handle, not a non-finite value of training (overflows are routine: the scale grows until
@@ -10,8 +10,9 @@ So once an optimizer is known to step the model, such an iteration waits for the
 
 * that optimizer's step confirms it;
 * a backward that comes first, onto gradients reset in between (``zero_grad()``, which sets them to None
-  by default), shows the step was skipped: the iteration is withdrawn, with its row of statistics and
-  whatever the non-finite sentinel found in it;
+  by default), shows the step was skipped: if the sentinel found a non-finite gradient in it (an
+  overflow), the iteration is withdrawn, its row of statistics and that find; a finite iteration whose
+  step the loop skipped (a guard against loss spikes) stands, spike and all;
 * a backward onto the same gradient tensors (accumulation, a call per backward) confirms it.
 
 With ``zero_grad(set_to_none=False)`` a skipped step cannot be told from accumulation, and the iteration
@@ -36,7 +37,7 @@ class SkippedSteps:
     """The iteration a call counted, waiting for its optimizer step; ``hold(step)``, ``release()`` and
     ``withdraw(step)`` tell training health what became of it."""
 
-    def __init__(self, hold: Callable[[int], None], release: Callable[[bool, bool], None], withdraw: Callable[[int], None]):
+    def __init__(self, hold: Callable[[int], None], release: Callable[[bool, bool], None], withdraw: Callable[[int], bool]):
         """``release(stepped, reinstate)``: the held iteration stands (``stepped``: an optimizer step ran;
         ``reinstate``: so do the skipped steps before it, in a row too long for a scaler)."""
         self._hold, self._release, self._withdraw = hold, release, withdraw
@@ -70,10 +71,8 @@ class SkippedSteps:
         if then is None or then() is marker.grad:
             self.confirm(stepped=False)  # accumulation
             return
-        self._in_a_row += 1
-        if self._in_a_row > LIMIT:
-            self._waiting = None
+        self._waiting = None
+        if self._in_a_row >= LIMIT:
             self._release(False, True)
             return
-        self._waiting = None
-        self._withdraw(step)
+        self._in_a_row = self._in_a_row + 1 if self._withdraw(step) else 0  # withdraw(): whether it was an overflow
