@@ -20,6 +20,8 @@ import { RunData } from './run_data.js';
 import { Store } from './state.js';
 import { findingStep, indexAtOrBefore } from './steps.js';
 import { Timeline } from './timeline.js';
+import { closeMatches, didYouMean } from './close_matches.js';
+import { stackStickyBars } from './sticky_bars.js';
 import { encodeUrlData, onHashNavigation, parseUrlData, readUrlData, writeUrlData } from './url_state.js';
 
 /** How often runs are re-read without a host reload. */
@@ -110,6 +112,7 @@ export class XrayApp {
     main.append(this.errors.element, this.empty, this.content);
     root.append(sidebar, main);
     document.body.append(root);
+    stackStickyBars(main, this.errors.element, this.timeline.element);
     document.body.classList.add('xray-body');
     loadStylesheet('./health.css', import.meta.url);
   }
@@ -153,7 +156,7 @@ export class XrayApp {
     this.askedLayer = null;
     if (view === 'layer' && !known) {
       const fallback = layers.length ? layers[0].name : null;
-      if (asked && asked === layer) this.errors.note('url', `The link's layer '${layer}' is not in run '${main}'${fallback ? `; showing '${fallback}'` : ''}.`);
+      if (asked && asked === layer) this.noteMissingLayer(layer, main, fallback);
       layer = fallback;
     }
     this.store.set({ view, layer });
@@ -266,6 +269,14 @@ export class XrayApp {
     this.followEnd = false;
     this.store.set({ view: 'layer', layer });
     return this.render();
+  }
+
+  /** A link's layer the run lacks: said above the view with the run's close matches (each a button that opens it). */
+  noteMissingLayer(layer, run, fallback) {
+    const modules = ((this.data.arch(run) || {}).nodes || []).filter((n) => n.kind === 'module').map((n) => n.module);
+    const close = closeMatches(layer, [...this.data.layers.get(run).layers.map((l) => l.name), ...modules]);
+    this.errors.note('url', `The link's layer '${layer}' is not in run '${run}'${didYouMean(close)}${fallback ? `; showing '${fallback}'` : ''}.`,
+      close.map((name) => ({ text: `Open '${name}'`, run: () => this.openLayer(name) })));
   }
 
   async showGraph() {

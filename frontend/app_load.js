@@ -4,6 +4,7 @@
 // under the same name. Mixed into XrayApp's prototype; `this` is the app.
 
 import { fetchFrame, fetchRuns } from './api.js';
+import { closeMatches, didYouMean } from './close_matches.js';
 import { encodeUrlData, hashUrlData, parseUrlData } from './url_state.js';
 
 /** A frame that answers 404 re-reads the layer lists, at most this often. */
@@ -50,7 +51,8 @@ async function refreshOnce() {
   const compare = (url.compare || s.compare).filter((r) => r !== run && runs.includes(r));
   // A link naming what this logdir lacks says so, instead of silently showing something else.
   const missing = [url.run, ...(url.compare || [])].filter((r) => r && !runs.includes(r));
-  if (missing.length) this.errors.note('url', `The link's run${missing.length > 1 ? 's' : ''} ${missing.map((r) => `'${r}'`).join(', ')} ${missing.length > 1 ? 'are' : 'is'} not in this logdir${run ? `; showing '${run}'` : ''}.`);
+  const named = missing.map((r) => `'${r}'${didYouMean(closeMatches(r, runs))}`).join(', ');
+  if (missing.length) this.errors.note('url', `The link's run${missing.length > 1 ? 's' : ''} ${named} ${missing.length > 1 ? 'are' : 'is'} not in this logdir${run ? `; showing '${run}'` : ''}.`);
   if (url.layer) this.askedLayer = url.layer;
   this.store.set({ runs, run, compare, ...pick(url, ['view', 'layer', 'kind', 'scale', 'bias', 'stat']) });
   if (run === null) {

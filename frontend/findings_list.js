@@ -1,6 +1,8 @@
-// The findings of the shown runs (GET /findings), listed above the views: severe ones (non-finite
-// values, exploding gradients) first and highlighted, then the others by step. Collapsible; a run
-// without findings says so in one line. A click on a finding opens its layer at its step.
+// The findings of the shown runs (GET /findings), listed above the views: root causes first (non-finite
+// values and exploding gradients, highlighted as severe, then dead units, which make the gradients
+// before them zero or vanishing), then the others by step. Only the list is ordered so; /findings
+// keeps the recorder's order. Collapsible; a run without findings says so in one line. A click on a
+// finding opens its layer at its step.
 // Hooks: .xray-findings, [data-finding][data-rule][data-layer][data-step][data-run],
 // .xray-findings-none[data-run][data-health] (off: recorded with health=False).
 
@@ -10,17 +12,20 @@ import { formatValue } from './format.js';
 
 /** Rules whose steps are marked on the timeline, most severe first. */
 export const SEVERE_RULES = ['nonfinite', 'exploding_gradient'];
+/** Rules listed first, in this order: the causes that other findings (zero or vanishing gradients) follow from. */
+export const ROOT_CAUSE_RULES = [...SEVERE_RULES, 'dead_units'];
 
 /** @typedef {import('./health_api.js').Finding & {run: string}} RunFinding */
 
 /**
- * Severe findings first, then the main run's before the compared runs', then by step and layer.
+ * Root causes first (ROOT_CAUSE_RULES, in order), then the main run's before the compared runs', then
+ * by step and layer.
  * @param {RunFinding[]} findings
  * @param {string[]} [runs]  The shown runs, main run first.
  * @returns {RunFinding[]}
  */
 export function sortFindings(findings, runs = []) {
-  const rank = (f) => { const i = SEVERE_RULES.indexOf(f.rule); return i < 0 ? SEVERE_RULES.length : i; };
+  const rank = (f) => { const i = ROOT_CAUSE_RULES.indexOf(f.rule); return i < 0 ? ROOT_CAUSE_RULES.length : i; };
   const order = (f) => { const i = runs.indexOf(f.run); return i < 0 ? runs.length : i; };
   return findings.slice().sort((a, b) => rank(a) - rank(b) || order(a) - order(b) || a.step - b.step || a.layer.localeCompare(b.layer));
 }

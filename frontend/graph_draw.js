@@ -58,6 +58,57 @@ export function edgePath(a, b, points) {
   return `M${x1},${y1} C${x1},${y1 + dy} ${x2},${y2 - dy} ${x2},${y2}`;
 }
 
+/** Fonts of the box texts (style.css: .xray-node text, .xray-node-title, .xray-group [data-action=toggle]). */
+const FONTS = {
+  title: '11px "Roboto Mono", Menlo, Consolas, monospace',
+  text: '11px Roboto, "Helvetica Neue", Arial, sans-serif',
+  sub: '10px Roboto, "Helvetica Neue", Arial, sans-serif',
+  group: '500 11px Roboto, "Helvetica Neue", Arial, sans-serif',
+};
+/** Room kept right of a box's text (a finding badge sits on the corner). */
+const TEXT_RIGHT_PAD = 10;
+let measureContext = null;
+
+/** Width of `text` in CSS pixels in `font` (a canvas measures; about 6.2 px a character without one). */
+export function textWidth(text, font) {
+  if (measureContext === null) {
+    try {
+      measureContext = document.createElement('canvas').getContext('2d') || false;
+    } catch (_) {
+      measureContext = false;
+    }
+  }
+  if (!measureContext) return text.length * 6.2;
+  measureContext.font = font;
+  return measureContext.measureText(text).width;
+}
+
+/**
+ * `text` cut to fit `width` CSS pixels in `font`, ending in "…" when cut (the full text is in the
+ * box's tooltip).
+ * @param {string} text
+ * @param {number} width
+ * @param {string} font
+ */
+export function fitText(text, width, font) {
+  if (textWidth(text, font) <= width) return text;
+  let lo = 0;
+  let hi = text.length;
+  while (lo < hi) { // the longest prefix that fits with the ellipsis
+    const mid = Math.ceil((lo + hi) / 2);
+    if (textWidth(`${text.slice(0, mid).trimEnd()}…`, font) <= width) lo = mid;
+    else hi = mid - 1;
+  }
+  return `${text.slice(0, lo).trimEnd()}…`;
+}
+
+/** Sets an SVG text element's text, cut to the box; a cut text keeps the whole in data-full-text. */
+function setFitted(t, text, width, font) {
+  const fitted = fitText(text, width, font);
+  t.textContent = fitted;
+  if (fitted !== text) t.dataset.fullText = text;
+}
+
 /** @param {string} name */
 export function shortName(name) {
   const parts = name.split('.');
@@ -94,12 +145,13 @@ export function drawNode(h, key, box, recorded, diff) {
   const rx = node.kind === 'function' ? 11 : 5;
   g.append(svg('rect', { width: box.width, height: box.height, rx, ry: rx }));
   const [title, subtitle] = nodeLabel(node);
+  const room = box.width - 8 - TEXT_RIGHT_PAD;
   const t = svg('text', { x: 8, y: subtitle ? 15 : box.height / 2 + 4, class: 'xray-node-title' });
-  t.textContent = title;
+  setFitted(t, title, room, node.kind === 'function' ? FONTS.text : FONTS.title);
   g.append(t);
   if (subtitle) {
     const s = svg('text', { x: 8, y: 29, class: 'xray-node-sub' });
-    s.textContent = subtitle + (mark ? `  ${mark.kinds.map((k) => KIND_BADGES[k] || k).join(' ')}` : '');
+    setFitted(s, subtitle + (mark ? `  ${mark.kinds.map((k) => KIND_BADGES[k] || k).join(' ')}` : ''), room, FONTS.sub);
     g.append(s);
   }
   const tip = svg('title', {});
@@ -119,11 +171,12 @@ export function drawGroup(h, key, box, recordedCount) {
   const header = svg('text', { x: 8, y: 16, class: 'xray-group-title' });
   header.dataset.action = 'toggle';
   const members = group.children.length;
-  header.textContent = `${box.expanded ? '▾' : '▸'} ${shortName(group.name)} ${group.type ? `(${group.type})` : ''}`;
+  const room = box.width - 8 - TEXT_RIGHT_PAD;
+  setFitted(header, `${box.expanded ? '▾' : '▸'} ${shortName(group.name)}${group.type ? ` (${group.type})` : ''}`, room, FONTS.group);
   g.append(header);
   if (!box.expanded) {
     const s = svg('text', { x: 8, y: 31, class: 'xray-node-sub' });
-    s.textContent = `${members} item${members === 1 ? '' : 's'}${recordedCount ? ` · ${recordedCount} recorded` : ''}`;
+    setFitted(s, `${members} item${members === 1 ? '' : 's'}${recordedCount ? ` · ${recordedCount} recorded` : ''}`, room, FONTS.sub);
     g.append(s);
   }
   const tip = svg('title', {});

@@ -1,8 +1,11 @@
 // The architecture as a hierarchy of groups (containers) and nodes, and what of it is visible for a
 // set of expanded groups. Pure functions, no DOM: the layout worker imports this module too.
 //
-// Keys: a node's key is its architecture id ("module:conv1:0"); a group's key is "group:" + its
-// module name ("group:layer1.0"). The root container has the key "".
+// Groups are the traced containers, name groups of containers never called and ranges of long lists
+// (graph_groups.js). Keys: a node's key is its architecture id ("module:conv1:0"); a group's key is
+// "group:" + its name ("group:layer1.0", "group:layers", "group:layers.0–99"). The root is "".
+
+import { chunkContainers, nameGroups } from './graph_groups.js';
 
 /** Sizes of the boxes drawn, in CSS pixels (fixed, so that scrubbing never lays out again). */
 export const SIZES = {
@@ -21,7 +24,8 @@ export const DEFAULT_BUDGET = 60;
 /**
  * @typedef {Object} Hierarchy
  * @property {Map<string, any>} nodes    Architecture nodes by id.
- * @property {Map<string, {name: string, type: string|null, parent: string, children: string[], depth: number}>} groups
+ * @property {Map<string, {name: string, type: string|null, parent: string, children: string[], depth: number, kind: 'module'|'name'|'range'}>} groups
+ *   By name. kind: a traced container, a container never called (grouped by name), a range of a long list.
  * @property {Map<string, string>} parentOf  Key -> key of its container ("" at the top).
  * @property {Map<string, string[]>} children  Container key -> keys of its children, in execution order.
  */
@@ -39,8 +43,14 @@ export function buildHierarchy(arch) {
   const groups = new Map();
   const parentOf = new Map();
   const children = new Map([['', []]]);
-  for (const g of arch.groups || []) {
-    groups.set(g.module, { name: g.module, type: g.type || null, parent: g.parent || '', children: [], depth: 0 });
+  // The traced groups, then the name groups of containers that were never called (graph_groups.js).
+  const named = nameGroups(arch);
+  const records = [
+    ...(arch.groups || []).map((g) => ({ ...g, parent: named.groupParent.get(g.module) ?? g.parent, kind: 'module' })),
+    ...named.groups,
+  ];
+  for (const g of records) {
+    groups.set(g.module, { name: g.module, type: g.type || null, parent: g.parent || '', children: [], depth: 0, kind: g.kind });
     children.set(groupKey(g.module), []);
   }
   const containerOf = (parentName) => (parentName && groups.has(parentName) ? groupKey(parentName) : '');
@@ -51,7 +61,7 @@ export function buildHierarchy(arch) {
   }
   for (const node of arch.nodes || []) {
     nodes.set(node.id, node);
-    const parent = containerOf(node.parent);
+    const parent = containerOf(named.nodeParent.get(node.id) ?? node.parent);
     parentOf.set(node.id, parent);
     children.get(parent).push(node.id);
   }
@@ -59,7 +69,8 @@ export function buildHierarchy(arch) {
   const firstSeen = new Map();
   (arch.nodes || []).forEach((node, index) => {
     for (let key = parentOf.get(node.id); key; key = parentOf.get(key)) {
-      if (!firstSeen.has(key)) firstSeen.set(key, index);
+      if (firstSeen.has(key)) break;
+      firstSeen.set(key, index);
     }
   });
   const order = (key) => (key.startsWith('group:') ? firstSeen.get(key) ?? Infinity : -1);
@@ -71,11 +82,13 @@ export function buildHierarchy(arch) {
   for (const list of children.values()) {
     list.sort((a, b) => (indexOf.has(a) ? indexOf.get(a) : order(a)) - (indexOf.has(b) ? indexOf.get(b) : order(b)));
   }
+  const h = { nodes, groups, parentOf, children };
+  chunkContainers(h); // long lists in ranges ("layers.0–99")
   for (const g of groups.values()) {
     g.children = children.get(groupKey(g.name));
-    g.depth = ancestors({ parentOf }, groupKey(g.name)).length;
+    g.depth = ancestors(h, groupKey(g.name)).length;
   }
-  return { nodes, groups, parentOf, children };
+  return h;
 }
 
 /**

@@ -7,6 +7,7 @@
 import { el, svg } from './dom.js';
 import { LayoutClient } from './graph_layout.js';
 import { allGroups, ancestors, buildHierarchy, defaultExpanded, groupKey, visibleEdges } from './graph_model.js';
+import { fallbackNotice, gridGraph, layOutAsGrid } from './graph_place.js';
 import { edgePath, drawNode, drawGroup } from './graph_draw.js';
 import { GraphHealth } from './graph_health.js';
 import { PanZoom } from './graph_panzoom.js';
@@ -66,12 +67,17 @@ export class GraphView {
       this.status,
     );
     this.legend = el('div', 'xray-graph-legend xray-muted', '');
+    // Says when the graph is drawn by the plain grid instead of dagre ([data-graph-notice]).
+    this.notice = el('div', 'xray-graph-notice', '');
+    this.notice.dataset.graphNotice = '';
+    this.notice.setAttribute('role', 'status');
+    this.notice.hidden = true;
     this.canvas = el('div', 'xray-graph-canvas');
     this.svg = svg('svg', { class: 'xray-graph-svg' });
     this.viewport = svg('g', { class: 'xray-graph-viewport' });
     this.svg.append(this.viewport);
     this.canvas.append(this.svg);
-    this.element.append(bar, this.legend, this.health.element, this.canvas);
+    this.element.append(bar, this.legend, this.notice, this.health.element, this.canvas);
     this.svg.addEventListener('click', (e) => this.onClick(e));
     this.panzoom = new PanZoom(this.svg, this.viewport, this.canvas);
   }
@@ -87,6 +93,7 @@ export class GraphView {
     }
     this.arch = arch;
     this.h = arch ? buildHierarchy(arch) : null;
+    this.gridGraph = null;
     this.expanded = this.h ? defaultExpanded(this.h) : new Set();
     this.fitted = false;
     await this.relayout();
@@ -130,20 +137,45 @@ export class GraphView {
     }
     this.client = this.client || new LayoutClient();
     this.element.dataset.state = 'layout';
+    let layout;
+    let ms;
+    let notice = '';
     try {
-      const { layout, ms } = await this.client.layout(this.arch, this.expanded);
+      ({ layout, ms } = await this.client.layout(this.arch, this.expanded));
       if (seq !== this.seq) return;
-      this.layout = layout;
-      this.lastLayoutMs = ms;
-      this.render();
-      if (!this.fitted) this.fit();
-      this.element.dataset.state = 'ready';
+      if (layout.fallbacks.length) notice = fallbackNotice(layout.fallbacks, 'dagre could not lay out');
     } catch (error) {
-      if (seq === this.seq) {
+      if (seq !== this.seq) return;
+      // The worker failed as a whole: lay out here, without dagre, rather than leave the graph empty.
+      try {
+        this.gridGraph = this.gridGraph || gridGraph(this.h, this.arch.edges || []);
+        ({ layout, ms, notice } = layOutAsGrid(this.gridGraph, this.expanded, error));
+      } catch {
         this.element.dataset.state = 'error';
         this.onError(error);
+        return;
       }
     }
+    this.layout = layout;
+    this.lastLayoutMs = ms;
+    this.showNotice(notice);
+    try {
+      this.render();
+    } catch (error) {
+      this.element.dataset.state = 'error';
+      this.onError(error);
+      return;
+    }
+    if (!this.fitted) this.fit();
+    this.element.dataset.state = 'ready';
+  }
+
+  /** @param {string} text  Empty hides the notice. */
+  showNotice(text) {
+    this.notice.textContent = text;
+    this.notice.hidden = !text;
+    if (text) this.element.dataset.layoutFallback = 'grid';
+    else delete this.element.dataset.layoutFallback;
   }
 
   render() {

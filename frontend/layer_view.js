@@ -84,6 +84,7 @@ export class LayerView {
     this.summary.textContent = '';
     this.hint.textContent = message;
     this.hint.hidden = !message;
+    this.hint.classList.remove('xray-hint-notice');
     this.health.element.hidden = true;
     this.health.signature = null;
   }
@@ -96,7 +97,9 @@ export class LayerView {
    */
   show(layer, shown, { scale, kind }) {
     const kinds = KINDS.filter((k) => shown.some((s) => s.info && (s.info.kinds[k] || []).length));
-    const visible = kinds.filter((k) => !kind || k === kind);
+    // A kind asked for (a link's p.xray.kind) that the layer does not record: said, and the recorded kinds shown.
+    const missingKind = kind && kinds.length && !kinds.includes(kind) ? kind : null;
+    const visible = kinds.filter((k) => !kind || missingKind || k === kind);
     const signature = JSON.stringify([layer, shown.map((s) => s.run), visible]);
     const rebuild = signature !== this.signature;
     this.signature = signature;
@@ -105,12 +108,13 @@ export class LayerView {
     this.scale = scale;
     this.kind = kind;
     this.scaleSelect.value = scale;
-    this.kindSelect.replaceChildren(...['', ...kinds].map((k) => {
-      const option = /** @type {HTMLOptionElement} */ (el('option', '', k || 'All kinds'));
+    this.kindSelect.replaceChildren(...['', ...kinds, ...(missingKind ? [missingKind] : [])].map((k) => {
+      const option = /** @type {HTMLOptionElement} */ (el('option', '', k === missingKind ? `${k} (not recorded)` : k || 'All kinds'));
       option.value = k;
+      option.disabled = k === missingKind;
       return option;
     }));
-    this.kindSelect.value = kind && kinds.includes(kind) ? kind : '';
+    this.kindSelect.value = kind && (kinds.includes(kind) || kind === missingKind) ? kind : '';
     const main = shown[0] && shown[0].info;
     this.title.textContent = layer;
     this.type.textContent = (main && main.type) || '';
@@ -127,8 +131,10 @@ export class LayerView {
     for (const [k, section] of this.sections) {
       for (const s of shown) section.panels.get(s.run).setSteps((s.info && s.info.kinds[k]) || []);
     }
-    this.hint.hidden = visible.length > 0;
-    this.hint.textContent = visible.length ? '' : main ? 'This layer has no recorded kinds.'
+    this.hint.hidden = visible.length > 0 && !missingKind;
+    this.hint.classList.toggle('xray-hint-notice', Boolean(missingKind));
+    this.hint.textContent = missingKind ? `Kind '${missingKind}' is not recorded for layer '${layer}'; recorded: ${kinds.join(', ')}.`
+      : visible.length ? '' : main ? 'This layer has no recorded kinds.'
       : shown.some((s) => s.info) ? `${shown[0].run} did not record ${layer}.`
         : `${layer} is not recorded in ${shown.length > 1 ? 'these runs' : shown[0] ? shown[0].run : 'this run'}: it is not in the plan (xray.set_plan() adds it). Its training health is below.`;
     this.health.show(layer, shown, this.sectionsEl.clientWidth || document.documentElement.clientWidth - 300);

@@ -26,23 +26,12 @@ from tests.e2e.health_runs import (
     SPIKE_ITERATIONS,
     SPIKE_STEP,
 )
+from tests.e2e.tab_page import open_tab, plugin_frame
 from tests.tensorboard_server import get_json
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-IFRAME = 'iframe[src*="plugin_entry.html?name=xray"]'
 MATRIX = ".xray-health-matrix"
-
-
-def open_tab(page, url, hash_data: str = ""):
-    page.goto(f"{url}/#xray{hash_data}")
-    frame = page.frame_locator(IFRAME)
-    expect(frame.locator("#xray-run")).to_be_attached(timeout=30_000)
-    return frame
-
-
-def plugin_frame(page):
-    return next(f for f in page.frames if "plugin_entry.html" in f.url)
 
 
 def app_state(page) -> dict:
