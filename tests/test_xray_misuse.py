@@ -178,3 +178,19 @@ def test_a_model_without_activations_records_its_layers_outputs(tmp_path):
         model(torch.randn(3, 4)).sum().backward()
         xray.take_graphs(0)
         assert xray.records() == {"0": {"output": [0]}}
+
+
+def test_warnings_point_at_the_users_line(tmp_path):
+    """A step going back and a folder holding captures already warn at the user's call, not inside Xray."""
+    model = nn.Sequential(nn.Linear(4, 2))
+    x = torch.randn(2, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with Xray(model, x, logdir=str(tmp_path)) as xray:
+            model(x).sum().backward()
+            xray.take_graphs(5)
+            xray.take_graphs(3)
+        Xray(model, x, logdir=str(tmp_path)).close()
+    messages = {str(w.message).split(":")[0]: w.filename for w in caught}
+    assert any("after step 5" in m for m in messages) and any("already holds Xray captures" in m for m in messages)
+    assert set(messages.values()) == {__file__}

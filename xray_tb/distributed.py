@@ -44,6 +44,7 @@ import torch
 from torch import nn
 
 from xray_tb import sharding
+from xray_tb.user_frame import user_stacklevel
 
 #: How long an Xray collective may wait for the other ranks, by default.
 DEFAULT_TIMEOUT_SECONDS = 300.0
@@ -169,7 +170,7 @@ class Group:
         config = getattr(self._ddp and self._ddp(), "_join_config", None)
         if getattr(config, "enable", False) is True and getattr(config, "throw_on_early_termination", True) is False:
             self._ddp = None
-            warnings.warn(JOIN_WARNING, stacklevel=2)
+            warnings.warn(JOIN_WARNING, stacklevel=user_stacklevel())
 
     def _all_gather(self, flat: torch.Tensor, step: int, what: str) -> torch.Tensor:
         import torch.distributed as dist

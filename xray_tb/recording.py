@@ -26,6 +26,7 @@ from xray_tb.io import remote_event_file
 from xray_tb.io.remote_event_file import CLOSE_TIMEOUT, UploadIncompleteError, UploadWarning
 from xray_tb.io.sink import EventSink
 from xray_tb.trace.graph import Graph
+from xray_tb.user_frame import user_stacklevel
 
 
 class Recording:
@@ -173,6 +174,6 @@ def warn_about_earlier_captures(logdir: str) -> Optional[list[dict]]:
         warnings.warn(
             f"{logdir!r} already holds Xray captures up to step {previous}; a step recorded again replaces the earlier "
             "one (the last write wins). Give each run its own logdir to keep both",
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
     return findings

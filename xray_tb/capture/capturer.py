@@ -21,6 +21,7 @@ from xray_tb.capture.sharded import gather_selected
 from xray_tb.distributed import Group
 from xray_tb.recording import Recording
 from xray_tb.trace import graph
+from xray_tb.user_frame import user_stacklevel
 
 
 class PreparedPlan(NamedTuple):
@@ -135,16 +136,16 @@ class Capturer:
         self.warned.update(new)
         for reason in dict.fromkeys(reason for _, _, reason in new):
             which = ", ".join(f"{layer!r} {kind}" for layer, kind, why in new if why == reason)
-            warnings.warn(f"take_graphs(step={report.step}) did not record {which}: {MISSING_REASONS.get(reason, reason)}", stacklevel=4)
+            warnings.warn(f"take_graphs(step={report.step}) did not record {which}: {MISSING_REASONS.get(reason, reason)}", stacklevel=user_stacklevel())
         if report.skipped:
             skipped = ", ".join(f"{name}/{kind}" for name, kind in report.skipped)
             warnings.warn(
                 f"capture at step {report.step} reached the budget of {self.budget_bytes} bytes and skipped {skipped}; "
                 "raise budget_bytes=, store dtype='float16', or keep fewer filters with the selector",
-                stacklevel=4,
+                stacklevel=user_stacklevel(),
             )
 
     def warn_once(self, key: object, message: str) -> None:
         if key not in self.warned:
             self.warned.add(key)
-            warnings.warn(message, stacklevel=4)
+            warnings.warn(message, stacklevel=user_stacklevel())

@@ -46,6 +46,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from xray_tb.capture.hooks import Hook
 from xray_tb.health.skipped_steps import SkippedSteps
+from xray_tb.user_frame import user_stacklevel
 
 
 class IterationFollower:
@@ -260,7 +261,7 @@ class IterationFollower:
             f"{self._uncounted + 1} backward passes ran since the last take_graphs() call and no torch.optim optimizer "
             "stepped the model's weights, so training health checked only the last of them: call take_graphs() after "
             "every backward (it returns None when no capture is due) to have every iteration checked",
-            stacklevel=5,
+            stacklevel=user_stacklevel(),
         )
 
     def _follows(self, optimizer: torch.optim.Optimizer) -> bool:

@@ -78,14 +78,12 @@ class HealthMonitor:
         self._writer = BlockWriter(sink, scope, make_rules(options.rules, options.dead_window), layer_scalars,
                                    self.iteration_families, self.activation_families, self._checks, self._sentinel,
                                    earlier_findings)
-        self._iterations = 0
-        self._measured = 0
+        self._iterations = self._measured = 0
         self._held: Optional[int] = None  # an iteration waiting for its optimizer step
         self._grads_seen = False  # the last iteration had a gradient
         self.on_weights_changed: Optional[Callable[[], None]] = None  # called once the weights were found again
         self._vectors: list[tuple[int, float, dict[str, tuple[list[str], list[Optional[torch.Tensor]]]]]] = []
         self._rebuild_buffers()
-        scope.warn_if_no_weights(model)
         taps = set(scope.output_taps.values()) | {layer.source.tap for layer in scope.activations}
         self._recorder = TapRecorder.for_graph(model, scope.modules, graph, taps)
         self.arm_for(first_step)
@@ -187,8 +185,7 @@ class HealthMonitor:
             self._vectors.append((int(step), time.time(), vectors))
         self._recorder.clear()
 
-    # An iteration a call counted waits for its optimizer step (xray_tb.health.skipped_steps): its row and
-    # what the sentinel found in it are held, then stand (release) or are forgotten (withdraw).
+    # A call's iteration waits for its optimizer step (health.skipped_steps): held, then released or withdrawn.
     def hold(self, step: int) -> None:
         self._held = step
         self._sentinel.hold(step)
@@ -199,8 +196,7 @@ class HealthMonitor:
 
     def withdraw(self, step: int) -> bool:
         self._held = None
-        withdrawn = self._sentinel.withdraw()  # only an iteration with a non-finite gradient
-        if withdrawn:
+        if withdrawn := self._sentinel.withdraw():  # only an iteration with a non-finite gradient
             self._iteration_rows.drop(step)
         return withdrawn
 

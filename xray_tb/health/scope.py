@@ -18,6 +18,7 @@ from torch import nn
 from xray_tb import sharding
 from xray_tb.trace.activations import traced_arguments
 from xray_tb.trace.graph import CONV_TYPES, LINEAR_TYPES, ActivationSource, Graph, Tap
+from xray_tb.user_frame import user_stacklevel
 
 #: Layer types whose units are the last dimension of their output (the others: dimension 1).
 _LAST_DIM_UNITS = LINEAR_TYPES | {"LayerNorm"}
@@ -113,6 +114,7 @@ class Scope:
         self.order = _dataflow_order(called, self.modules)
         self.weighted: list[WeightedLayer] = []
         self.refresh_weights()
+        self.warn_if_no_weights(model)
         self.activations = [
             self._activation_layer(name, source, graph)
             for name in called
@@ -137,7 +139,7 @@ class Scope:
         if not self.weighted and any(True for _ in model.parameters()):
             warnings.warn("training health watches no weights: no submodule of the model holds a parameter of its own, so "
                           "gradients and weights are not checked for NaN/Inf (activations still are); parameters the model "
-                          "itself holds are not covered: hold them in submodules", stacklevel=6)
+                          "itself holds are not covered: hold them in submodules", stacklevel=user_stacklevel())
 
     def sharing(self) -> frozenset:
         """The weighted layers whose every weight an earlier layer holds too (a language model's head

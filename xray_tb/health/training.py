@@ -27,6 +27,7 @@ from xray_tb.health.options import HealthOptions, as_options
 from xray_tb.health.stats import CUSTOM_KINDS, CustomActivationStatistic, CustomParameterStatistic
 from xray_tb.recording import Recording
 from xray_tb.sharding import is_sharded
+from xray_tb.user_frame import user_stacklevel
 
 
 class TrainingHealth:
@@ -114,7 +115,7 @@ class TrainingHealth:
                 raise
             except Exception as error:  # noqa: BLE001 - closing goes on; this rank reports what it saw itself
                 warnings.warn(f"training health failed to agree with the other ranks at close ({type(error).__name__}: {error})",
-                              stacklevel=3)
+                              stacklevel=user_stacklevel())
 
     def activations_before_capture(self, step: int) -> None:
         self._contained("measuring", step, lambda monitor: monitor.activations_before_capture(step))
@@ -210,5 +211,5 @@ def _failed(warned: set, what: str, step: int, error: Exception) -> None:
         warnings.warn(
             f"training health failed {what} step {step} ({type(error).__name__}: {error}); that step's health "
             "statistics are skipped and training goes on. Switch health off with Xray(..., health=False)",
-            stacklevel=4,
+            stacklevel=user_stacklevel(),
         )

@@ -16,6 +16,7 @@ from torch import nn
 from xray_tb import distributed, sharding
 from xray_tb.capture.selectors import Selector
 from xray_tb.trace.tracer import trace
+from xray_tb.user_frame import user_stacklevel
 
 #: TensorBoard files steps as int64.
 STEP_RANGE = (-(2**63), 2**63 - 1)
@@ -55,7 +56,7 @@ def _warn_inexact(number: int) -> None:
     warnings.warn(
         f"step {number} is beyond 2**53: it is recorded, and open_run() reads it, but the Xray tab (and TensorBoard's "
         "own tabs) hold steps as JavaScript numbers and cannot show it exactly; number steps below 2**53",
-        stacklevel=4,
+        stacklevel=user_stacklevel(),
     )
 
 

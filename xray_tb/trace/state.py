@@ -15,6 +15,8 @@ from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import is_lazy
 from torch.utils.hooks import RemovableHandle
 
+from xray_tb.user_frame import user_stacklevel
+
 #: The registries every ``nn.Module`` keeps in its ``__dict__`` (``_parameters``, ``_buffers``,
 #: ``_modules``, ``_non_persistent_buffers_set`` and the hook dicts), read from the installed torch.
 _REGISTRIES = tuple(name for name, value in vars(nn.Module()).items() if isinstance(value, (dict, set)))
@@ -159,7 +161,7 @@ class _ModuleSnapshot:
                 warnings.warn(
                     f"the forward pass wrote into parameter {name!r} of {owner} in place; Xray cannot undo that",
                     RuntimeWarning,
-                    stacklevel=4,
+                    stacklevel=user_stacklevel(),
                 )
 
 

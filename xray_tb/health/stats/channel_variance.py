@@ -13,6 +13,7 @@ import torch
 
 from xray_tb.capture.shared_reductions import SharedReductions
 from xray_tb.health.stats.base import ActivationStatistic, ActivationValue
+from xray_tb.user_frame import user_stacklevel
 
 
 def channel_variances(tensor: torch.Tensor, dim: int, reductions: Optional[SharedReductions] = None) -> torch.Tensor:
@@ -77,7 +78,7 @@ class ChannelVariance(ActivationStatistic):
             self._warned = True
             warnings.warn(f"HealthOptions(channel_dim={self.dim}) is not a dimension of the activations of {', '.join(outside[:5])}"
                           f"{', ...' if len(outside) > 5 else ''}: their channel variance is not measured. Pass a dimension "
-                          "they have, or None (the unit dimension of each layer)", stacklevel=2)
+                          "they have, or None (the unit dimension of each layer)", stacklevel=user_stacklevel())
 
     def _measured(self, value: ActivationValue) -> Optional[tuple[torch.Tensor, int]]:
         """The activation and the dimension of its channels, when it has a variance to measure."""
