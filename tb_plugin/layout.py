@@ -35,3 +35,21 @@ def finite_range(panels: list[np.ndarray]) -> tuple[Optional[float], Optional[fl
     if finite.size == 0:
         return None, None, nonfinite
     return float(finite.min()), float(finite.max()), nonfinite
+
+
+def pool_panel(panel: np.ndarray, ky: int, kx: int) -> np.ndarray:
+    """The panel pooled by blocks of ``ky`` rows × ``kx`` columns, each block shown as its value of
+    largest magnitude with its sign (outliers stay visible; an infinity wins), NaN where the block holds
+    a NaN: as the tab pools a panel larger than the page (``frontend/heatmap_layout.js``)."""
+    if ky <= 1 and kx <= 1:
+        return panel
+    rows, cols = panel.shape
+    out_rows, out_cols = -(-rows // ky), -(-cols // kx)
+    padded = np.zeros((out_rows * ky, out_cols * kx), dtype=np.float32)  # 0: never the largest magnitude
+    padded[:rows, :cols] = panel
+    blocks = padded.reshape(out_rows, ky, out_cols, kx).transpose(0, 2, 1, 3).reshape(out_rows, out_cols, ky * kx)
+    nan = np.isnan(blocks)
+    magnitude = np.where(nan, -1.0, np.abs(blocks))
+    pooled = np.take_along_axis(blocks, magnitude.argmax(axis=2)[..., None], axis=2)[..., 0]
+    pooled[nan.any(axis=2)] = np.nan
+    return pooled

@@ -144,3 +144,21 @@ def test_views_import_without_matplotlib_and_say_how_to_install_it(monkeypatch):
     spec.loader.exec_module(fresh)
     with pytest.raises(ImportError, match=r"pip install 'xray-tb\[notebook\]'"):
         fresh.show_frames([(header(), np.ones((2, 3, 3)))])
+
+
+def test_a_wide_activation_is_pooled_as_the_tab_pools_it_keeping_its_outlier():
+    """A 64×3072 activation in a cell a few inches wide: pooled max-abs to at most 400 columns, so the
+    one large value is still drawn (plain subsampling would drop 7 columns in 8)."""
+    values = np.random.default_rng(0).uniform(-1, 1, (64, 3072)).astype(np.float32)
+    values[10, 1003] = -50.0
+    figure = show_frames([(header(kind="activation"), values)])
+    image = next(axes.images[0] for axes in figure.axes if axes.images).get_array()
+    assert image.shape == (64, 384) and image.min() == -50.0
+    plt.close(figure)
+
+
+def test_pool_panel_keeps_the_largest_magnitude_with_its_sign_and_nan():
+    from tb_plugin.layout import pool_panel
+
+    panel = np.array([[1, -3, 2, 0], [0.5, 1, np.nan, 1], [np.inf, 0, 1, 1]], dtype=np.float32)
+    np.testing.assert_array_equal(pool_panel(panel, 2, 2), np.array([[-3, np.nan], [np.inf, 1]], dtype=np.float32))

@@ -20,6 +20,7 @@ Frame = tuple[FrameHeader, np.ndarray]
 
 _CELL_INCHES = (3.4, 3.0)  # width, height of one layer/kind cell
 _GAP_COLOUR = "0.8"  # between panels, and where a value is NaN or infinite
+_MAX_PIXELS = 400  # the longest side of a cell's image before its panels are pooled (a cell is ~340 px at 100 dpi)
 
 
 def show_frames(frames: Sequence[Frame], *, save: Optional[str | os.PathLike] = None, title: Optional[str] = None):
@@ -145,7 +146,7 @@ def _cells(frames: Sequence[Frame]) -> dict[tuple[str, str], Frame]:
 
 def _draw_cell(figure, axes, header: FrameHeader, values: np.ndarray) -> None:
     panels = layout.to_panels(values)
-    image = _image(axes, panels, values, *_colour_scale(panels))
+    image = _image(axes, _pooled(panels, square=values.ndim >= 3), values, *_colour_scale(panels))
     axes.set_title(_title(header, values, panels), fontsize=8)
     figure.colorbar(image, ax=axes, shrink=0.8)
 
@@ -164,12 +165,29 @@ def _image(axes, panels: list[np.ndarray], values: np.ndarray, cmap: str, low: f
     return image
 
 
+def _pooled(panels: list[np.ndarray], square: bool) -> list[np.ndarray]:
+    """The panels pooled (max-abs, as the tab) so that their mosaic is at most :data:`_MAX_PIXELS` on a
+    side: a cell a few inches wide would otherwise drop most columns of a 64×3072 activation. Feature
+    maps (``square``) are pooled alike in both directions."""
+    height, width = _mosaic_shape(panels)
+    ky, kx = -(-height // _MAX_PIXELS), -(-width // _MAX_PIXELS)
+    if square:
+        ky = kx = max(ky, kx)
+    return panels if ky <= 1 and kx <= 1 else [layout.pool_panel(panel, ky, kx) for panel in panels]
+
+
+def _mosaic_shape(panels: list[np.ndarray]) -> tuple[int, int]:
+    rows, cols = panels[0].shape
+    grid_cols = min(len(panels), max(1, round(math.sqrt(len(panels) * rows / cols))))
+    grid_rows = math.ceil(len(panels) / grid_cols)
+    return grid_rows * (rows + 1) - 1, grid_cols * (cols + 1) - 1
+
+
 def _mosaic(panels: list[np.ndarray]) -> np.ndarray:
     """The panels (all of one shape) tiled into a near-square grid, one NaN pixel between them."""
     rows, cols = panels[0].shape
     grid_cols = min(len(panels), max(1, round(math.sqrt(len(panels) * rows / cols))))
-    grid_rows = math.ceil(len(panels) / grid_cols)
-    mosaic = np.full((grid_rows * (rows + 1) - 1, grid_cols * (cols + 1) - 1), np.nan, dtype=np.float32)
+    mosaic = np.full(_mosaic_shape(panels), np.nan, dtype=np.float32)
     for i, panel in enumerate(panels):
         top, left = (i // grid_cols) * (rows + 1), (i % grid_cols) * (cols + 1)
         mosaic[top: top + rows, left: left + cols] = panel
