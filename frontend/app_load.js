@@ -5,6 +5,7 @@
 
 import { fetchFrame, fetchRuns } from './api.js';
 import { closeMatches, didYouMean } from './close_matches.js';
+import { initialState } from './state.js';
 import { encodeUrlData, hashUrlData, parseUrlData } from './url_state.js';
 
 /** A frame that answers 404 re-reads the layer lists, at most this often. */
@@ -54,7 +55,7 @@ async function refreshOnce() {
   const named = missing.map((r) => `'${r}'${didYouMean(closeMatches(r, runs))}`).join(', ');
   if (missing.length) this.errors.note('url', `The link's run${missing.length > 1 ? 's' : ''} ${named} ${missing.length > 1 ? 'are' : 'is'} not in this logdir${run ? `; showing '${run}'` : ''}.`);
   if (url.layer) this.askedLayer = url.layer;
-  this.store.set({ runs, run, compare, ...pick(url, ['view', 'layer', 'kind', 'scale', 'bias', 'stat']) });
+  this.store.set({ runs, run, compare, ...pick(url, URL_VIEW_KEYS) });
   if (run === null) {
     this.runPicker.setRuns([], null);
     this.layerList.setLayers([], null);
@@ -114,9 +115,18 @@ function followUrl() {
   const data = hashUrlData();
   if (JSON.stringify(data) === JSON.stringify(encodeUrlData(this.store.state))) return; // our own state
   this.errors.clear('url');
-  this.pendingUrl = parseUrlData(data);
+  const url = parseUrlData(data);
+  // What the link leaves out is as a fresh load has it (no kind filter, the graph view, ...), not the tab's
+  // state before the link.
+  const fresh = initialState();
+  const reset = Object.fromEntries(URL_VIEW_KEYS.filter((key) => url[key] === undefined && key in fresh).map((key) => [key, fresh[key]]));
+  if (Object.keys(reset).length) this.store.set(reset);
+  this.pendingUrl = url;
   this.refresh();
 }
+
+/** The keys of what is shown that a link names (run, compare and step are settled apart). */
+const URL_VIEW_KEYS = ['view', 'layer', 'kind', 'scale', 'bias', 'stat'];
 
 function pick(object, keys) {
   const out = {};

@@ -51,6 +51,9 @@ def test_a_link_naming_a_kind_the_layer_does_not_record_says_so_and_shows_the_re
     kind.select_option(recorded[0])
     expect(hint).to_be_hidden()
     expect(frame.locator(".xray-panel[data-kind]")).to_have_count(1)
+    # A link pasted into the open tab that names no kind shows every kind, as a fresh load of it would.
+    page.evaluate(f"() => {{ location.hash = '#xray&p.xray.run={SMALL}&p.xray.view=layer&p.xray.layer=conv1'; }}")
+    expect(frame.locator(".xray-panel[data-kind]")).to_have_count(len(recorded))
     assert [e for e in page.xray_errors if e.startswith("uncaught")] == []
 
 
