@@ -59,7 +59,10 @@ def test_a_head_used_on_some_steps_and_a_module_never_called_leave_every_iterati
     np.testing.assert_allclose(values[layers.index("fc1"), :37], [norms[s] for s in range(37)], rtol=1e-5)
 
 
-def test_a_gan_is_followed_through_the_optimizer_of_the_network_the_forward_runs_first(tmp_path):
+@pytest.mark.parametrize("n_critic, detach", [(1, True), (5, False)])
+def test_a_gan_is_followed_through_the_optimizer_of_the_network_the_forward_runs_first(tmp_path, n_critic, detach):
+    """Also with the discriminator stepped 5 times per generator step on fakes not detached, whose
+    backward reaches the generator's first layer before the generator's optimizer ever steps."""
     torch.manual_seed(0)
     model = nn.ModuleDict({"G": nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 6)),
                            "D": nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 1))})
@@ -73,11 +76,12 @@ def test_a_gan_is_followed_through_the_optimizer_of_the_network_the_forward_runs
     with Xray(model, torch.randn(4, 4), logdir=str(tmp_path), health=HealthOptions(every=1)) as xray:
         for step in range(45):
             at["step"] = step
-            real, z = torch.randn(8, 6), torch.randn(8, 4)
-            opt_d.zero_grad()
-            d_loss = F.softplus(-discriminator(real)).mean() + F.softplus(discriminator(generator(z).detach())).mean()
-            d_loss.backward()
-            opt_d.step()  # stepped first: not the optimizer that counts
+            for _ in range(n_critic):
+                real, z = torch.randn(8, 6), torch.randn(8, 4)
+                opt_d.zero_grad()
+                fake = generator(z).detach() if detach else generator(z)
+                (F.softplus(-discriminator(real)).mean() + F.softplus(discriminator(fake)).mean()).backward()
+                opt_d.step()  # stepped first: not the optimizer that counts
             opt_g.zero_grad()
             F.softplus(-discriminator(generator(z))).mean().backward()
             g_norms[step] = generator[0].weight.grad.norm().item()
@@ -277,3 +281,23 @@ def test_a_finite_step_the_loop_skips_stands_spike_and_all(tmp_path):
     layers, steps, values = open_run(tmp_path).health("grad_l2")
     assert steps.tolist() == list(range(12))
     np.testing.assert_allclose(values[layers.index("2")], [norms[s] for s in range(12)], rtol=1e-5)
+
+
+def test_a_step_the_loop_skips_on_a_nan_loss_keeps_the_nan(tmp_path):
+    """No GradScaler: a loop that skips optimizer.step() when the loss is NaN (a guard), with a NaN in the
+    data at step 15 only: the NaN is reported at 15 (only a scaler's overflow is withdrawn)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with Xray(model, torch.randn(4, 8), logdir=str(tmp_path), health=HealthOptions(every=1)) as xray:
+        for step in range(25):
+            optimizer.zero_grad()
+            x = torch.randn(4, 8)
+            if step == 15:
+                x[0, 0] = math.nan
+            loss = F.cross_entropy(model(x), torch.randint(0, 4, (4,)))
+            loss.backward()
+            xray.take_graphs(step)
+            if torch.isfinite(loss):
+                optimizer.step()
+        assert xray.first_nonfinite is not None and xray.first_nonfinite.step == 15

@@ -19,27 +19,23 @@ spread to by then. :class:`IterationFollower` closes that gap:
   optimizer step, in a loop without one, and in a loop that calls it more often than the optimizer
   steps (gradient accumulation with a call per backward).
 
-The marker moves when training changes under it: when it is frozen (``requires_grad_(False)``, fine-tuning
-that freezes the trunk), to the first weight still trained by the followed optimizer, counting the
-iteration it would have missed; and when the optimizers that step hold no marker (the trunk joins the
-optimizer later, through ``add_param_group``), a ``take_graphs()`` call that finds backwards uncounted
-follows the first optimizer that stepped the model's weights, with the marker on the first of them; and
-when the marker is no longer the model's parameter (``load_state_dict(..., assign=True)``), training
-health finds the weights again (``on_replaced``) and the marker goes to the new one. An optimizer
-ignored once is looked at again when its parameters change.
+The marker moves when training changes under it: frozen (fine-tuning), to the first weight the followed
+optimizer still trains; when the optimizers that step hold no marker (a head-only optimizer, a trunk that
+joins later through ``add_param_group``), to the first weight of the one that steps the model's weights
+(followed from its second step, or a call that finds backwards uncounted), until one that holds the first
+layer steps (a GAN's generator); when the marker is no longer the model's parameter
+(``load_state_dict(..., assign=True)``), to the weights found again (``on_replaced``).
 
-Until the marker has seen a backward (FSDP hands sharded gradients over without accumulating them, say),
-nothing is followed and every call is an iteration, as before. A loop whose weights no ``torch.optim``
-optimizer steps (a hand-written update) gets a warning once backwards go uncounted between
-``take_graphs()`` calls. Both hooks are removed by :meth:`remove` (at ``close()``); they hold the
-follower weakly, so a forgotten ``Xray`` can still be collected.
+Until the marker has seen a backward (FSDP's sharded gradients), every call is an iteration. A loop that
+no ``torch.optim`` optimizer steps gets a warning once backwards go uncounted between calls. Both hooks,
+which hold the follower weakly, are removed by :meth:`remove` (at ``close()``).
 """
 
 from __future__ import annotations
 
 import warnings
 import weakref
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
@@ -66,6 +62,7 @@ class IterationFollower:
         # optimizers that step no marker: their parameter count when ignored; the first that held model weights
         self._ignored: "weakref.WeakKeyDictionary[torch.optim.Optimizer, int]" = weakref.WeakKeyDictionary()
         self._candidate: Optional[weakref.ref] = None
+        self._stand_in: Union[bool, int, None] = False  # following a candidate: the count before it, else False
         self._first_step = int(first_step)
         self._last: Optional[int] = None  # the step of the latest iteration
         self._pending: Optional[int] = None  # the step a take_graphs(step) call gave the backward not yet counted
@@ -217,7 +214,8 @@ class IterationFollower:
         optimizer = self._candidate()
         weight = self._first_trained(optimizer)
         if weight is not None:
-            self._followed = weakref.ref(optimizer)
+            stand_in = weight is not self._first_trained()  # it holds no first layer (a head, a discriminator)
+            self._followed, self._stand_in = weakref.ref(optimizer), self._last if stand_in else False
             self._mark(weight)
 
     def _first_trained(self, optimizer: Optional[torch.optim.Optimizer] = None) -> Optional[torch.nn.Parameter]:
@@ -273,6 +271,12 @@ class IterationFollower:
             # (a fine-tuning optimizer over the head only, the trunk left out but not frozen). Followed from here.
             self._follow_candidate()
             return self._followed is not None
+        if self._stand_in is not False and (first := self._first_trained()) is not None and id(first) in _held(optimizer):
+            # One that steps the first layer after all (a GAN's generator, once the discriminator's backward
+            # through it made the discriminator's optimizer the candidate): followed, counting on from before.
+            self._followed, self._last, self._stand_in = weakref.ref(optimizer), self._stand_in, False
+            self._mark(first)
+            return True
         if self._ignored.get(optimizer) == count:
             return False
         held = _held(optimizer)

@@ -10,9 +10,10 @@ So once an optimizer is known to step the model, such an iteration waits for the
 
 * that optimizer's step confirms it;
 * a backward that comes first, onto gradients reset in between (``zero_grad()``, which sets them to None
-  by default), shows the step was skipped: if the sentinel found a non-finite gradient in it (an
-  overflow), the iteration is withdrawn, its row of statistics and that find; a finite iteration whose
-  step the loop skipped (a guard against loss spikes) stands, spike and all;
+  by default), while a ``GradScaler`` has just backed off its scale, shows the scaler skipped the step:
+  if the sentinel found a non-finite gradient in it (the overflow), the iteration is withdrawn, its row
+  of statistics and that find. A step the loop itself skipped (a guard against a NaN loss, or against
+  loss spikes) stands, NaN, spike and all;
 * a backward onto the same gradient tensors (accumulation, a call per backward) confirms it.
 
 With ``zero_grad(set_to_none=False)`` a skipped step cannot be told from accumulation, and the iteration
@@ -24,10 +25,12 @@ scale, and that is a non-finite value of training: the first of those steps is r
 
 from __future__ import annotations
 
+import gc
 import weakref
 from typing import Callable, Optional
 
 import torch
+from torch.amp import GradScaler
 
 #: Skipped steps in a row after which the iterations stand (the scale has shrunk 2**24-fold by then).
 LIMIT = 24
@@ -43,6 +46,21 @@ class SkippedSteps:
         self._hold, self._release, self._withdraw = hold, release, withdraw
         self._waiting: Optional[tuple[int, Optional[weakref.ref]]] = None  # (step, the marker's gradient then)
         self._in_a_row = 0  # skipped steps since an optimizer step ran
+        self._scalers: "weakref.WeakSet[GradScaler]" = weakref.WeakSet()
+        self._scans = 3  # scans of the heap for GradScalers left
+
+    def _scaler_backed_off(self) -> bool:
+        """Whether a ``torch.amp.GradScaler`` has just backed off its scale (its growth count is back at 0,
+        which after a step that did not run means an overflow it skipped). The scalers are found by a scan of
+        the garbage collector's objects, a few times a run at most, at a skipped step only; one sync each."""
+        if not any(True for _ in self._scalers) and self._scans:
+            self._scans -= 1
+            self._scalers.update(o for o in gc.get_objects() if issubclass(type(o), GradScaler) and o.is_enabled())
+        for scaler in self._scalers:
+            tracker = getattr(scaler, "_growth_tracker", None)
+            if tracker is not None and int(tracker) == 0:
+                return True
+        return False
 
     @property
     def waiting(self) -> bool:
@@ -64,12 +82,13 @@ class SkippedSteps:
             self._release(stepped, False)
 
     def backward(self, marker: torch.Tensor) -> None:
-        """A backward reached the marker before any optimizer step: skipped if its gradient was reset."""
+        """A backward reached the marker before any optimizer step: skipped if its gradient was reset and a
+        ``GradScaler`` just backed off (a loop's own guard that skips a step on a NaN loss keeps the NaN)."""
         if self._waiting is None:
             return
         step, then = self._waiting
-        if then is None or then() is marker.grad:
-            self.confirm(stepped=False)  # accumulation
+        if then is None or then() is marker.grad or not self._scaler_backed_off():
+            self.confirm(stepped=False)  # accumulation, or a step the loop itself skipped
             return
         self._waiting = None
         if self._in_a_row >= LIMIT:
