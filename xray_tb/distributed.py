@@ -66,15 +66,13 @@ def unwrap(model: nn.Module) -> nn.Module:
     return model.module if isinstance(model, DistributedDataParallel) else model
 
 
-def ddp_of(model: nn.Module) -> Optional[nn.Module]:
-    """The ``DistributedDataParallel`` among ``model``'s wrappers (a compiled module's ``_orig_mod``), else None."""
+def ddp_of(modules: list[nn.Module]) -> Optional[nn.Module]:
+    """The ``DistributedDataParallel`` among ``modules`` (a model and its wrappers), else None."""
     try:
         from torch.nn.parallel import DistributedDataParallel
     except ImportError:  # pragma: no cover - torch built without distributed
         return None
-    while isinstance(model, nn.Module) and not isinstance(model, DistributedDataParallel):
-        model = getattr(model, "_orig_mod", None)
-    return model
+    return next((module for module in modules if isinstance(module, DistributedDataParallel)), None)
 
 
 JOIN_WARNING = (
@@ -104,9 +102,9 @@ class Group:
     default), and its peers' next collective then fails instead of waiting. Values travel through host
     memory: small vectors at health steps, and under FSDP the rows a capture keeps. The group lives as
     long as the process (destroying it while a peer may still be reading its last collective could cut
-    that short). ``model``: the model given to ``Xray()``, whose DDP wrapper is watched for ``Join``."""
+    that short). ``ddp``: the model's ``DistributedDataParallel`` wrapper, if any, watched for ``Join``."""
 
-    def __init__(self, timeout: datetime.timedelta, model: Optional[nn.Module] = None):
+    def __init__(self, timeout: datetime.timedelta, ddp: Optional[nn.Module] = None):
         import torch.distributed as dist
 
         self.rank = dist.get_rank()
@@ -115,7 +113,6 @@ class Group:
         self.failed = False  # a collective failed or the ranks disagreed: the ranks are out of step for good
         self._sizes: dict[str, int] = {}  # the length of the values every rank sends, per kind of gather
         self.device = torch.device("cpu")
-        ddp = ddp_of(model)
         self._ddp = None if ddp is None else weakref.ref(ddp)  # until Join([ddp]) is warned about
         try:
             self._group = dist.new_group(backend="gloo", timeout=timeout)
@@ -124,13 +121,13 @@ class Group:
             raise self._mismatch("construction", 0, error) from error
 
     @classmethod
-    def current(cls, timeout: datetime.timedelta, model: Optional[nn.Module] = None) -> Optional["Group"]:
+    def current(cls, timeout: datetime.timedelta, ddp: Optional[nn.Module] = None) -> Optional["Group"]:
         """The initialised default group of more than one process, else None."""
         import torch.distributed as dist
 
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
             return None
-        return cls(timeout, model)
+        return cls(timeout, ddp)
 
     def gather(self, step: int, parts: torch.Tensor, what: str = "health") -> torch.Tensor:
         """Every rank's ``parts`` (1-D), one row per rank, on ``parts``'s device.

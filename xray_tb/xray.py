@@ -115,12 +115,12 @@ class Xray:
         ranks: str = "zero",
         collective_timeout: float = distributed.DEFAULT_TIMEOUT_SECONDS,
     ):
-        wrapper, model = model, arguments.model(model)  # DDP's and torch.compile's inner module
+        wrapped, model = arguments.wrappers(model), arguments.model(model)  # with DDP's and torch.compile's, the inner module
         logdir, writer = arguments.destination(logdir, writer)
         arguments.optimizer(optimizer)
         arguments.flag(layer_scalars, "layer_scalars")
         selector = arguments.selector(selector)
-        group = distributed.Group.current(distributed.timeout_seconds(collective_timeout), wrapper)  # wrapper: for Join
+        group = distributed.Group.current(distributed.timeout_seconds(collective_timeout), distributed.ddp_of(wrapped))  # Join
         self._writes, subfolder = distributed.writing_rank(group, ranks)
         if subfolder is not None:
             if writer is not None:

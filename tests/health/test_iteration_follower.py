@@ -33,6 +33,13 @@ class Trunk(nn.Module):
         return out + self.aux(hidden) if self.use_aux else out
 
 
+def small_model(lr: float = 0.01):
+    """A seeded 8-16-4 ReLU MLP and its SGD optimizer."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    return model, torch.optim.SGD(model.parameters(), lr=lr)
+
+
 def nan_gradient(module: nn.Module, at: dict):
     module.weight.register_hook(lambda grad: grad * math.nan if at["step"] == 37 else grad)
 
@@ -95,9 +102,7 @@ def test_a_gan_is_followed_through_the_optimizer_of_the_network_the_forward_runs
 
 
 def test_clipping_between_take_graphs_and_the_step_gives_one_consistent_series(tmp_path):
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    model, optimizer = small_model(lr=1e-3)
     clipped = {}
     with Xray(model, torch.randn(8, 8), logdir=str(tmp_path), health=HealthOptions(every=1)) as xray:
         for step in range(41):
@@ -116,8 +121,7 @@ def test_clipping_between_take_graphs_and_the_step_gives_one_consistent_series(t
 
 
 def test_a_hand_written_update_warns_that_only_take_graphs_calls_are_checked(tmp_path):
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    model, _ = small_model()
     with Xray(model, torch.randn(8, 8), logdir=str(tmp_path)) as xray:
         with pytest.warns(UserWarning, match=r"10 backward passes ran since the last take_graphs\(\) call and no torch.optim optimizer"):
             for step in range(31):
@@ -131,9 +135,7 @@ def test_a_hand_written_update_warns_that_only_take_graphs_calls_are_checked(tmp
 
 
 def test_gradient_accumulation_with_a_call_per_backward_counts_every_call(tmp_path):
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, optimizer = small_model()
     norms = {}
     with Xray(model, torch.randn(8, 8), logdir=str(tmp_path), health=HealthOptions(every=1)) as xray:
         for step in range(24):
@@ -152,9 +154,7 @@ def test_accumulation_with_a_call_per_optimizer_step_follows_the_optimizer_witho
     """Two backwards per optimizer step, take_graphs() after the second (the DDP no_sync pattern): the
     optimizer is followed from its first step on, nothing is warned, and each step's statistics are
     those of the accumulated gradients it applies."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, optimizer = small_model()
     norms = {}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -218,9 +218,7 @@ def test_a_step_written_twice_is_listed_once_in_records(tmp_path):
 def _scaled_loop(tmp_path, steps: int, overflow=(), nan_from=None, plant=None):
     """A GradScaler loop with take_graphs() every step, after unscale_ and before scaler.step (the
     documented AMP order); ``overflow`` steps overflow the scaled backward, which the scaler skips."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, optimizer = small_model()
     scaler = torch.amp.GradScaler("cpu")
     skipped = []
     with Xray(model, torch.randn(4, 8), logdir=str(tmp_path), health=HealthOptions(every=1)) as xray:
@@ -265,9 +263,7 @@ def test_under_a_grad_scaler_a_nan_weight_and_a_loss_that_stays_nan_are_still_fo
 def test_a_finite_step_the_loop_skips_stands_spike_and_all(tmp_path):
     """A loop that skips the optimizer step on a loss spike (finite gradients): the spike's iteration
     is kept, with its own gradient norm."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, optimizer = small_model()
     norms = {}
     with Xray(model, torch.randn(4, 8), logdir=str(tmp_path), health=HealthOptions(every=1)) as xray:
         for step in range(12):
@@ -287,9 +283,7 @@ def test_a_step_the_loop_skips_on_a_nan_loss_keeps_the_nan(tmp_path):
     """No GradScaler: a loop that skips optimizer.step() when the loss is NaN (a guard), with a NaN in the
     data at step 15 only: the NaN is reported at 15 (only a scaler's overflow is withdrawn). Captures
     every 10 steps, so that only the sentinel sees step 15, not the output checks of a capture."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, optimizer = small_model()
     with Xray(model, torch.randn(4, 8), logdir=str(tmp_path), every=10, health=HealthOptions(every=1)) as xray:
         for step in range(25):
             optimizer.zero_grad()

@@ -74,7 +74,7 @@ class BlockWriter:
         self._judge(iterations, series, activations, activation_series)
         for stat, entry in series.items():
             self._epochs.add(stat, entry.layers, entry.values, entry.absent)
-        events = model_scalars.model_scalar_events(iterations, series, activations, activation_series, self._scope.sharing())
+        events = model_scalars.model_scalar_events(iterations, series, activations, activation_series, self._scope.sharing)
         for block, block_series in ((iterations, series), (activations, activation_series)):
             if block is not None and block_series:
                 if self.layer_scalars:

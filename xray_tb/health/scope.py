@@ -133,6 +133,9 @@ class Scope:
         ]
         #: ``(layer, bias)`` of every layer's biases, in dataflow order.
         self.biases = [(name, bias) for name in self.order for bias in bias_parameters(self.modules[name])]
+        #: The weighted layers whose every weight an earlier layer holds too (a language model's head tied
+        #: to its embedding): a global gradient norm counts their weights once.
+        self.sharing = frozenset(_sharing(self.weighted))
 
     def warn_if_no_weights(self, model: nn.Module) -> None:
         """Say so when the model has parameters but no layer holds one (all held by the model itself)."""
@@ -140,18 +143,6 @@ class Scope:
             warnings.warn("training health watches no weights: no submodule of the model holds a parameter of its own, so "
                           "gradients and weights are not checked for NaN/Inf (activations still are); parameters the model "
                           "itself holds are not covered: hold them in submodules", stacklevel=user_stacklevel())
-
-    def sharing(self) -> frozenset:
-        """The weighted layers whose every weight an earlier layer holds too (a language model's head
-        tied to its embedding): a global gradient norm counts their weights once."""
-        seen: set[int] = set()
-        sharing = set()
-        for layer in self.weighted:
-            ids = {id(param) for param in layer.params}
-            if ids <= seen:
-                sharing.add(layer.name)
-            seen |= ids
-        return frozenset(sharing)
 
     def replaced(self) -> bool:
         """Whether a layer's weights are other parameter objects now than when last found
@@ -179,6 +170,15 @@ class Scope:
             last_dim_units=layer_type in _LAST_DIM_UNITS,
             prunable=_why_not_prunable(name, module, source, activation, graph),
         )
+
+
+def _sharing(weighted: list[WeightedLayer]):
+    seen: set[int] = set()
+    for layer in weighted:
+        ids = {id(param) for param in layer.params}
+        if ids <= seen:
+            yield layer.name
+        seen |= ids
 
 
 def _dataflow_order(called: list[str], modules: dict[str, nn.Module]) -> list[str]:

@@ -143,9 +143,7 @@ def model(value: Any) -> nn.Module:
     or DDP forward still runs the hooked modules."""
     if not isinstance(value, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(value).__name__}")
-    inner = _uncompiled(distributed.unwrap(value))
-    while inner is not value:
-        value, inner = inner, _uncompiled(distributed.unwrap(inner))
+    value = wrappers(value)[-1]
     if not any(t is not None and t.is_meta for m in value.modules() for t in (*m._parameters.values(), *m._buffers.values())):
         return value  # one walk of the modules' own tensors (named_parameters() and named_buffers() walk twice, with names)
     meta = next(name for name, t in (*value.named_parameters(), *value.named_buffers()) if t.is_meta)
@@ -153,6 +151,15 @@ def model(value: Any) -> nn.Module:
         f"the model's {meta!r} is on the 'meta' device and holds no values; materialise the model first "
         "(e.g. model.to_empty(device='cpu') and load its weights) and then attach Xray"
     )
+
+
+def wrappers(value: nn.Module) -> list[nn.Module]:
+    """``value`` and the module inside each of its wrappers (``torch.compile``, ``DistributedDataParallel``,
+    in either order), outermost first: the last is the model :func:`model` looks into."""
+    chain = [value]
+    while (inner := _uncompiled(distributed.unwrap(chain[-1]))) is not chain[-1]:
+        chain.append(inner)
+    return chain
 
 
 def _uncompiled(value: nn.Module) -> nn.Module:
