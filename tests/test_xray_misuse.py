@@ -194,3 +194,49 @@ def test_warnings_point_at_the_users_line(tmp_path):
     messages = {str(w.message).split(":")[0]: w.filename for w in caught}
     assert any("after step 5" in m for m in messages) and any("already holds Xray captures" in m for m in messages)
     assert set(messages.values()) == {__file__}
+
+
+def _hooks_on(model) -> int:
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+def test_a_second_xray_on_the_same_run_closes_the_first_and_keeps_what_it_recorded(model, tmp_path):
+    """A notebook cell run again: the earlier Xray, still alive, would hook the model a second time."""
+    first = Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan={"fc1": {"output": True}}, every=1)
+    train_step(model, *batch(0))
+    first.take_graphs(0)
+    alone = _hooks_on(model)
+    with pytest.warns(UserWarning, match=r"earlier Xray on this model was still open .* it is closed now") as caught:
+        second = Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan={"fc1": {"output": True}}, every=1)
+    assert caught[0].filename == __file__  # the warning points at the user's line
+    assert first.closed and not second.closed
+    assert _hooks_on(model) == alone  # one set of hooks, not two
+    train_step(model, *batch(1))
+    second.take_graphs(1)
+    second.close()
+    frames, _ = read_xray_events(str(tmp_path))
+    assert {step for (layer, kind, step) in frames} == {0, 1}  # the first Xray's frame is kept
+
+
+def test_a_second_xray_on_another_run_warns_and_both_record(model, tmp_path):
+    first = Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path / "a"), plan={"fc1": {"output": True}}, every=1)
+    with pytest.warns(UserWarning, match=r"another Xray on this model is still open and recording into .*a'"):
+        second = Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path / "b"), plan={"fc1": {"output": True}}, every=1)
+    train_step(model, *batch(0))
+    first.take_graphs(0), second.take_graphs(0)
+    first.close(), second.close()
+    for run in ("a", "b"):
+        assert read_xray_events(str(tmp_path / run))[0]
+
+
+def test_a_second_xray_that_fails_to_build_leaves_the_first_recording(model, tmp_path):
+    first = Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan={"fc1": {"output": True}}, every=1)
+    with pytest.raises(ValueError, match="unknown layer"):
+        Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan=["nope"], every=1)
+    assert not first.closed
+    train_step(model, *batch(0))
+    assert first.take_graphs(0) == 0
+    first.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # closed first: nothing to say
+        Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path / "next"), plan={"fc1": {"output": True}}, every=1).close()

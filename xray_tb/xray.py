@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from tb_plugin import metadata
-from xray_tb import distributed
+from xray_tb import attached, distributed
 from xray_tb.bias.recording import attention_iou
 from xray_tb.capture import plan as plans
 from xray_tb.capture.capture import CaptureReport
@@ -165,6 +165,7 @@ class Xray:
 
         self._health = TrainingHealth(recording, health, optimizer, capture_due, layer_scalars, group, modules=first_plan.modules)
         self._install(first_plan)
+        attached.attach(model, self, attached.run_key(recording.logdir))  # an earlier Xray on the same run is closed
 
     @property
     def recording(self) -> Recording:
