@@ -122,6 +122,13 @@ def test_ranks_all_writes_one_run_per_rank(tmp_path):
         assert_frames_are_the_selected_rows(tmp_path / f"rank{rank}", results[rank]["steps"])
 
 
+def test_sparse_calls_without_optimizer_warn_once_that_health_sees_only_the_calls(tmp_path):
+    # FSDP's sharded gradients fire no hook Xray could follow: only take_graphs() calls are iterations.
+    for result in run_ranks("sparse", tmp_path):
+        assert len(result["warnings"]) == 1
+        assert "checked only at the iterations that call take_graphs()" in result["warnings"][0]
+
+
 def test_a_model_sharded_at_its_root_only_stays_sharded_after_tracing(tmp_path):
     # Its Linear layers keep their class (no FSDPLinear): rank 0's prune plan, written when its monitor
     # flushes, once indexed a DTensor weight, a collective rank 1 did not issue (see test_distributed).

@@ -36,7 +36,8 @@ class HealthOptions:
             rows whose largest value is within it of 1, count as saturated.
         channel_dim: the dimension of the activation whose per-index variance is ``channel_var``
             (None: the unit dimension, channels of a conv and features of a linear layer).
-        flush_every: write the buffered statistics at least every this many iterations.
+        flush_every: write the buffered statistics at least every this many measured iterations (at the
+            automatic pace, one iteration in ``every`` is measured).
         flush_seconds: at a capture, write the buffered statistics when they were last written at least
             this many seconds of training ago (iterations times their typical interval: pauses do not count) (they are also written every ``flush_every`` iterations, when a
             result is asked for, and at ``close()``).

@@ -21,6 +21,7 @@ from xray_tb.distributed import DistributedMismatch, Group
 from xray_tb.health import pruning
 from xray_tb.health.findings import Finding, NonFinite
 from xray_tb.health.iteration_follower import IterationFollower
+from xray_tb.health.unseen_iterations import UnseenIterations
 from xray_tb.health.skipped_steps import SkippedSteps
 from xray_tb.health.monitor import HealthMonitor
 from xray_tb.health.options import HealthOptions, as_options
@@ -40,6 +41,7 @@ class TrainingHealth:
         self._warned: set = set()
         self.monitor: Optional[HealthMonitor] = None
         self._follower: Optional[IterationFollower] = None
+        self._unseen: Optional[UnseenIterations] = None  # FSDP without optimizer=: warns of sparse calls
         options = as_options(health)
         if options is None:
             return
@@ -53,7 +55,10 @@ class TrainingHealth:
                     self.iteration(recording.next_step)
 
             recording.on_release(optimizer.register_step_pre_hook(Hook(before_step)).remove)
-        elif not any(is_sharded(param) for layer in monitor.scope.weighted for param in layer.params):
+        elif any(is_sharded(param) for layer in monitor.scope.weighted for param in layer.params):
+            self._unseen = UnseenIterations([param for layer in monitor.scope.weighted for param in layer.params])
+            recording.on_release(self._unseen.remove)
+        else:
             # Iterations between take_graphs() calls, from the optimizer that steps the model.
             self._follower = IterationFollower([layer.param for layer in monitor.scope.weighted],
                                                lambda step: self.iteration(step, activations=False), recording.next_step,
@@ -75,6 +80,8 @@ class TrainingHealth:
         ``activations=False``: not a health step) from the follower. A call whose backward the model's
         optimizer step counts (before the call, or at the step that follows it) takes only that step's
         activation statistics, if it is a health step."""
+        if self._unseen is not None and activations:
+            self._unseen.called()
         if self.monitor is not None:
             counted_by_step = activations and self._follower is not None and not self._follower.counts_call(step)
             try:
@@ -138,9 +145,9 @@ class TrainingHealth:
 
     @property
     def first_nonfinite(self) -> Optional[NonFinite]:
-        """None, or where the first NaN/Inf appeared: ``step``, ``layer`` and ``kind`` (weight, output,
-        activation or weight_grad). Weights and gradients are checked every health iteration, outputs and
-        activations at health steps. Under FSDP, before ``close()``: what the ranks agreed at the last
+        """None, or where the first NaN/Inf appeared: ``step``, ``layer`` and ``kind`` (weight, weight_grad,
+        bias, bias_grad, output or activation). Weights and gradients are checked on every training
+        iteration, biases where a non-finite value was found, outputs and activations at health steps. Under FSDP, before ``close()``: what the ranks agreed at the last
         measured iteration (``close()`` agrees on the rest)."""
         monitor = self._monitor()
         monitor.flush()

@@ -1,4 +1,4 @@
-"""What an :class:`~xray_tb.Xray` gives back: its records, frames from memory or the run's files, the
+"""What an :class:`~xray_tb.Xray` gives back: its records, frames read back from the run's files, the
 notebook view, a GIF and the architecture table, over the :class:`~xray_tb.recording.Recording`."""
 
 from __future__ import annotations
