@@ -45,7 +45,8 @@ class HealthData:
         hit = self._cache.get(key, version)
         if hit is not None:
             return hit
-        blocks = [health_metadata.decode_series(written.blobs) for written in self.reader.all_last_writes(ctx, experiment_id, run, tag)]
+        writes = sorted(self.reader.all_last_writes(ctx, experiment_id, run, tag), key=lambda written: written.wall_time)  # write order
+        blocks = [health_metadata.decode_series(written.blobs) for written in writes]
         merged = Matrix(*health_metadata.merge_blocks(blocks))
         for array in (merged.steps, merged.values, merged.present):
             array.setflags(write=False)  # shared between requests

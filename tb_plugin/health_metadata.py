@@ -155,10 +155,15 @@ def decode_vectors(blobs: Sequence[bytes]) -> dict[str, np.ndarray]:
 
 
 def merge_blocks(blocks: list[Block]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
-    """``(layers, steps, values, present)`` from decoded series blocks: layers × steps float32 values
-    (NaN where absent) and bool ``present``; steps ascending; a later block wins a step written twice.
+    """``(layers, steps, values, present)`` from decoded series blocks in the order they were written:
+    layers × steps float32 values (NaN where absent) and bool ``present``; steps ascending; a later
+    block wins a step written twice. A block whose first step is at or before a step written earlier
+    starts the run again from there (a run resumed from an older checkpoint): every earlier value at
+    that step or later is dropped, as TensorBoard drops a run's later steps when its steps go back, so
+    that the iterations only the abandoned attempt measured (a NaN it ran into) do not stay in the series.
     Layers in the dataflow order of the latest block (the model as it is now, when a resumed run
     added a layer), a layer only older blocks have right after the layer before it there."""
+    blocks = _superseded_rows_dropped(blocks)
     layers = {layer: index for index, layer in enumerate(_layer_order([block[0] for block in blocks]))}
     steps = np.unique(np.concatenate([block[1] for block in blocks])) if blocks else np.zeros(0, np.int64)
     matrix = np.full((len(layers), len(steps)), np.nan, dtype=np.float32)
@@ -170,6 +175,27 @@ def merge_blocks(blocks: list[Block]) -> tuple[list[str], np.ndarray, np.ndarray
             matrix[np.ix_(rows, columns)] = np.where(absent, np.nan, values)
             present[np.ix_(rows, columns)] = ~absent
     return list(layers), steps, matrix, present
+
+
+def _superseded_rows_dropped(blocks: list[Block]) -> list[Block]:
+    """``blocks`` (in write order), each cut to the steps before the first step of any later block that
+    went back to a step already written."""
+    kept: list[Block] = []
+    last = None  # the latest step written so far
+    for block in blocks:
+        steps = block[1]
+        if steps.size:
+            if last is not None and steps[0] <= last:
+                kept = [_before(earlier, steps[0]) for earlier in kept]
+            last = int(steps[-1]) if last is None or steps[0] <= last else max(last, int(steps[-1]))
+        kept.append(block)
+    return kept
+
+
+def _before(block: Block, step: int) -> Block:
+    layers, steps, values, absent = block
+    keep = steps < step
+    return block if keep.all() else (layers, steps[keep], values[:, keep], absent[:, keep])
 
 
 def _layer_order(orders: list[list[str]]) -> list[str]:

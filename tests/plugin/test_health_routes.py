@@ -167,3 +167,27 @@ def test_merged_health_lists_layers_in_the_dataflow_of_the_latest_model():
     assert layers == ["conv1", "conv2", "gone", "extra", "fc"] and steps.tolist() == [0, 10, 20]
     assert values[layers.index("fc"), 1] == later[2][3, 0]  # the later block wins step 10
     assert values[layers.index("gone"), 0] == earlier[2][2, 0] and not present[layers.index("extra"), 0]
+
+
+def test_a_run_resumed_from_an_older_checkpoint_drops_what_the_abandoned_attempt_measured_after_it(tmp_path):
+    """Attempt 1 runs into NaN at step 30 and dies at 39; attempt 2, resumed from step 21's checkpoint,
+    measures other iterations (every 3rd from 21): none of attempt 1's steps from 21 on may stay."""
+    def attempt(start, stop, nan_from):
+        torch.manual_seed(start)
+        model = relu_mlp()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        with Xray(model, input_size=(16,), logdir=str(tmp_path / "run"), every=10, health=HealthOptions(every=3)) as xray:
+            for step, (x, y) in zip(range(start, stop), batches(stop - start)):
+                optimizer.zero_grad()
+                loss = F.cross_entropy(model(x), y)
+                (loss * float("nan") if step >= nan_from else loss).backward()
+                xray.take_graphs(step)
+                optimizer.step()
+
+    attempt(0, 40, nan_from=30)
+    with pytest.warns(UserWarning, match="already holds Xray captures"):
+        attempt(21, 40, nan_from=10**9)
+    layers, steps, values = open_run(tmp_path / "run").health("grad_l2")
+    assert 21 in steps and 30 not in steps and np.isfinite(values).all()  # attempt 1's NaN from 30 on is gone
+    code, body = get(serve(tmp_path), "/health", run="run", stat="grad_l2")
+    assert code == 200 and body["steps"] == steps.tolist() and np.isfinite(matrix(body)).all()
