@@ -169,14 +169,14 @@ def test_merged_health_lists_layers_in_the_dataflow_of_the_latest_model():
     assert values[layers.index("gone"), 0] == earlier[2][2, 0] and not present[layers.index("extra"), 0]
 
 
-def test_a_run_resumed_from_an_older_checkpoint_drops_what_the_abandoned_attempt_measured_after_it(tmp_path):
+def record_resumed(run):
     """Attempt 1 runs into NaN at step 30 and dies at 39; attempt 2, resumed from step 21's checkpoint,
-    measures other iterations (every 3rd from 21): none of attempt 1's steps from 21 on may stay."""
+    measures other iterations (every 3rd from 21)."""
     def attempt(start, stop, nan_from):
         torch.manual_seed(start)
         model = relu_mlp()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        with Xray(model, input_size=(16,), logdir=str(tmp_path / "run"), every=10, health=HealthOptions(every=3)) as xray:
+        with Xray(model, input_size=(16,), logdir=str(run), every=10, health=HealthOptions(every=3)) as xray:
             for step, (x, y) in zip(range(start, stop), batches(stop - start)):
                 optimizer.zero_grad()
                 loss = F.cross_entropy(model(x), y)
@@ -187,7 +187,22 @@ def test_a_run_resumed_from_an_older_checkpoint_drops_what_the_abandoned_attempt
     attempt(0, 40, nan_from=30)
     with pytest.warns(UserWarning, match="already holds Xray captures"):
         attempt(21, 40, nan_from=10**9)
+
+
+def test_a_run_resumed_from_an_older_checkpoint_drops_what_the_abandoned_attempt_measured_after_it(tmp_path):
+    record_resumed(tmp_path / "run")
     layers, steps, values = open_run(tmp_path / "run").health("grad_l2")
     assert 21 in steps and 30 not in steps and np.isfinite(values).all()  # attempt 1's NaN from 30 on is gone
     code, body = get(serve(tmp_path), "/health", run="run", stat="grad_l2")
     assert code == 200 and body["steps"] == steps.tolist() and np.isfinite(matrix(body)).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loader", ["rust", "python"])
+def test_both_loaders_drop_what_an_abandoned_attempt_measured(tmp_path, loader):
+    record_resumed(tmp_path / "logs" / "run")
+    extra = ["--load_fast=false"] if loader == "python" else []
+    with tensorboard(sys.executable, tmp_path / "logs", cwd=tmp_path, extra=extra) as url:
+        health = get_json(f"{url}/data/plugin/xray/health?run=run&stat=grad_l2")
+    assert health["steps"] == open_run(tmp_path / "logs" / "run").health("grad_l2")[1].tolist()
+    assert 30 not in health["steps"] and np.isfinite(matrix(health)).all()
