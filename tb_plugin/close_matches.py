@@ -1,7 +1,9 @@
-"""Close matches of a mistyped name, for error messages ("did you mean 'conv1', 'conv2'?")."""
+"""Close matches of a mistyped name, for error messages ("did you mean 'conv1', 'conv2'?"), and the
+recorded steps nearest a step that was not recorded."""
 
 from __future__ import annotations
 
+import bisect
 import difflib
 from collections.abc import Iterable
 
@@ -18,3 +20,9 @@ def close_matches(word: str, candidates: Iterable[str], n: int = 5, cutoff: floa
         if matcher.real_quick_ratio() >= cutoff and matcher.quick_ratio() >= cutoff and matcher.ratio() >= cutoff:
             scored.append((-matcher.ratio(), index, candidate))
     return [candidate for _, _, candidate in sorted(scored)[:n]]
+
+
+def nearest_steps(steps: list[int], step: int, n: int = 4) -> list[int]:
+    """The ``n`` of the ascending ``steps`` around ``step`` (half before it, half from it on)."""
+    at = bisect.bisect_left(steps, step)
+    return steps[max(at - n // 2, 0): at + n // 2]

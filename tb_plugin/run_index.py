@@ -97,7 +97,8 @@ class RunIndex:
             recorded = index.layers()
             if layer not in recorded:
                 raise routes_common.unknown_layer(run, layer, recorded)
-            raise errors.NotFoundError(f"layer {layer!r} of run {run!r} has no {kind!r} frames")
+            kinds = sorted(k for (name, k) in index.series if name == layer)
+            raise errors.NotFoundError(f"layer {layer!r} of run {run!r} has no {kind!r} frames; recorded kinds: {', '.join(kinds)}")
         return found
 
     def frame(self, ctx, experiment_id: str, run: str, layer: str, kind: str, step: int) -> series.Written:
@@ -117,7 +118,7 @@ class RunIndex:
         found = self.series_of(ctx, experiment_id, run, layer, kind)
         datum = found.data.get(step)
         if datum is None:
-            raise errors.NotFoundError(f"{layer!r} {kind!r} was not recorded at step {step}; recorded steps: {routes_common.listing(found.steps)}")
+            raise errors.NotFoundError(f"{layer!r} {kind!r} was not recorded at step {step}; {routes_common.steps_near(found.steps, step)}")
         written = self.read(ctx, experiment_id, run, found.tag, datum)
         if written is None:  # gone since the index was built
             raise errors.NotFoundError(f"{layer!r} {kind!r} at step {step} of run {run!r} is no longer there; reload")

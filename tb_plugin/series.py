@@ -29,7 +29,7 @@ from tensorboard.compat.proto import summary_pb2
 from tensorboard.data import provider
 from tensorboard.util import tensor_util
 
-from tb_plugin import blob_connections, metadata, run_listing, run_names
+from tb_plugin import blob_connections, metadata, routes_common, run_listing, run_names
 
 #: Blob reads in flight at once when a whole series is read (each is a round trip to the data server).
 BLOB_READERS = 8
@@ -107,7 +107,7 @@ class SeriesReader:
             return self.listings.run_tags(ctx, experiment_id, run, probe)
         tags = self.list(ctx, experiment_id, run).get(run)
         if not tags:
-            raise errors.NotFoundError(f"no Xray data for run {run!r}")
+            raise routes_common.unknown_run(run, sorted(name for name, listed in self.list(ctx, experiment_id).items() if listed))
         return tags
 
     def versions(self, ctx, experiment_id: str, run: str, tags: tuple[str, ...]) -> dict[str, tuple]:

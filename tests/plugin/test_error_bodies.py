@@ -86,3 +86,13 @@ def test_any_error_message_has_server_folders_replaced(tmp_path):
     assert response.status_code == 404
     assert json.loads(response.get_data())["error"] == "Not found: cannot open <logdir>/run"
     assert responses.public_message(f"{REPOSITORY}/tb_plugin/x.py and {REPOSITORY}x") == f"<server>/tb_plugin/x.py and {REPOSITORY}x"
+
+
+def test_an_unknown_run_names_the_runs_under_it_else_its_close_matches():
+    from tb_plugin.routes_common import unknown_run
+
+    runs = ["ddp/rank0", "ddp/rank1", "mlp", "cnn"]
+    assert str(unknown_run("ddp", runs)).endswith("no Xray data for run 'ddp'; the runs under it: ddp/rank0, ddp/rank1")
+    assert str(unknown_run("mpl", runs)).endswith("no Xray data for run 'mpl'; close matches: 'mlp'")
+    assert str(unknown_run("x" * 5000, runs)).endswith(f"run {'x' * 80!r}; runs with Xray data: ddp/rank0, ddp/rank1, mlp, cnn")
+    assert str(unknown_run("any", [])).endswith("no run holds Xray data yet")

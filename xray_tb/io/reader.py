@@ -13,7 +13,6 @@ last write (see :mod:`xray_tb.io.run_contents`).
 
 from __future__ import annotations
 
-import bisect
 import copy
 import os
 from typing import Any, Optional
@@ -27,7 +26,7 @@ from tb_plugin import health_metadata, metadata
 from xray_tb.io import storage
 from xray_tb.io.records import RecordReader
 from xray_tb.io.run_contents import RunContents, StoredFrame, holds_xray_blobs, xray_blobs
-from tb_plugin.close_matches import close_matches
+from tb_plugin.close_matches import close_matches, nearest_steps
 
 _MAX_LISTED_STEPS = 10  # an error lists every recorded step up to this many, else the nearest ones
 
@@ -310,6 +309,4 @@ def _steps_hint(steps: list[int], step: int) -> str:
     """The recorded steps, or the ones nearest ``step`` when there are many."""
     if len(steps) <= _MAX_LISTED_STEPS:
         return f"recorded steps: {steps}"
-    at = bisect.bisect_left(steps, step)
-    nearest = steps[max(at - 2, 0): at + 2]
-    return f"nearest recorded steps: {nearest} ({len(steps)} steps from {steps[0]} to {steps[-1]})"
+    return f"nearest recorded steps: {nearest_steps(steps, step)} ({len(steps)} steps from {steps[0]} to {steps[-1]})"
