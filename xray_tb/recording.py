@@ -172,8 +172,9 @@ def warn_about_earlier_captures(logdir: str) -> Optional[list[dict]]:
     previous, findings = earlier_run(logdir)
     if previous is not None:
         warnings.warn(
-            f"{logdir!r} already holds Xray captures up to step {previous}; a step recorded again replaces the earlier "
-            "one (the last write wins). Give each run its own logdir to keep both",
+            f"{logdir!r} already holds Xray captures up to step {previous}: steps after it continue that run, and a step "
+            "at or before it is recorded again, replacing the earlier one (the last write wins; TensorBoard's default "
+            "loader then also hides the earlier attempt's steps after it). Give each run its own logdir to keep both",
             stacklevel=user_stacklevel(),
         )
     return findings

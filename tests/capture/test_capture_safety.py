@@ -206,7 +206,7 @@ def test_a_second_xray_in_a_folder_with_captures_warns_and_its_writes_win(tmp_pa
             first.take_graphs(step)
     with torch.no_grad():
         model[0].weight.add_(1.0)  # the resumed run's weights differ
-    with pytest.warns(UserWarning, match=r"already holds Xray captures up to step 20; a step recorded again replaces"):
+    with pytest.warns(UserWarning, match=r"already holds Xray captures up to step 20: steps after it continue that run, and a step at or before it is recorded again"):
         second = Xray(model, x, logdir=str(tmp_path), plan={"0": {"weight": True}})
     with second:
         second.take_graphs(10)
