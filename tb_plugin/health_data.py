@@ -30,17 +30,18 @@ class HealthData:
         self.reader = reader
         self._cache = versioned_cache.VersionedCache(_CACHED)
 
-    def recorded(self, ctx, experiment_id: str, run: str, stat: Optional[str] = None) -> tuple[dict, list[str]]:
+    def recorded(self, ctx, experiment_id: str, run: str, stat: Optional[str] = None, tag: Optional[str] = None) -> tuple[dict, list[str]]:
         """The run's Xray tags and its recorded health statistics, sorted (404 when it has no Xray data).
-        With ``stat``, the listing is kept while that statistic's series is unchanged (:mod:`tb_plugin.run_listing`)."""
-        tags = self.reader.run_tags(ctx, experiment_id, run, probe=(health_metadata.series_tag(stat),) if stat else ())
+        With ``stat`` (or ``tag``), the listing is kept while that statistic's series (that tag) is
+        unchanged (:mod:`tb_plugin.run_listing`)."""
+        probe = (health_metadata.series_tag(stat),) if stat else (tag,) if tag else ()
+        tags = self.reader.run_tags(ctx, experiment_id, run, probe=probe)
         return tags, sorted(s for tag in tags if (s := health_metadata.parse_series_tag(tag)))
 
     def matrix(self, ctx, experiment_id: str, run: str, stat: str, tags: dict) -> Matrix:
         """The merged series of ``stat`` (which must be in ``tags``), from the cache when unchanged."""
         tag = health_metadata.series_tag(stat)
-        listed = tags[tag]
-        version = (getattr(listed, "max_step", None), getattr(listed, "max_wall_time", None), getattr(listed, "max_length", None))
+        version = _version(tags[tag])
         key = (experiment_id, run, stat)
         hit = self._cache.get(key, version)
         if hit is not None:
@@ -53,13 +54,36 @@ class HealthData:
         self._cache.put(key, version, merged)
         return merged
 
+    def last_points(self, ctx, experiment_id: str, run: str, tag: str, tags: dict) -> list:
+        """The point of the last write of every step of ``tag`` (which must be in ``tags``), steps
+        ascending, blobs not read; from the cache while the tag is unchanged, so that a request for one
+        step (``/health_vector``) costs one blob read however many steps the run has."""
+        version = _version(tags[tag])
+        key = (experiment_id, run, "points", tag)
+        hit = self._cache.get(key, version)
+        if hit is None:
+            hit = self.reader.last_points(ctx, experiment_id, run, tag)
+            self._cache.put(key, version, hit)
+        return hit
+
     def latest_blob(self, ctx, experiment_id: str, run: str, tag: str, tags: dict) -> Optional[tuple[int, list[bytes]]]:
-        """``(step, blobs)`` written last to ``tag``; None when the run has no such tag."""
+        """``(step, blobs)`` written last to ``tag``; None when the run has no such tag. Kept while the
+        tag is unchanged."""
         if tag not in tags:
             return None
-        written = self.reader.latest(ctx, experiment_id, run, tag)
-        return None if written is None else (written.step, written.blobs)
+        version, key = _version(tags[tag]), (experiment_id, run, "latest", tag)
+        hit = self._cache.get(key, version)
+        if hit is None:
+            written = self.reader.latest(ctx, experiment_id, run, tag)
+            hit = (None,) if written is None else (written.step, written.blobs)
+            self._cache.put(key, version, hit)
+        return None if hit == (None,) else hit
 
 
 def no_health(run: str) -> errors.NotFoundError:
     return errors.NotFoundError(f"run {run!r} has no training-health statistics (recorded with health=False?)")
+
+
+def _version(listed) -> tuple:
+    """A listed tag's version: it changes with the tag's data (max step, max wall time, length)."""
+    return getattr(listed, "max_step", None), getattr(listed, "max_wall_time", None), getattr(listed, "max_length", None)

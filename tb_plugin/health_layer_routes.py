@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 from tensorboard import errors
@@ -78,24 +79,25 @@ class LayerRoutes:
         return out
 
     def vector_impl(self, ctx, experiment_id: str, *, run: str, stat: str, layer: str, step: int) -> dict[str, Any]:
-        tags = self._data.reader.run_tags(ctx, experiment_id, run)
         tag = health_metadata.vector_tag(stat)
+        tags = self._data.reader.run_tags(ctx, experiment_id, run, probe=(tag,))  # kept while the vectors are unchanged
         if tag not in tags:
             written = sorted(t[len(health_metadata.VECTOR_PREFIX):] for t in tags if t.startswith(health_metadata.VECTOR_PREFIX))
             raise errors.NotFoundError(f"run {run!r} has no per-unit vectors of {stat!r}; recorded: {', '.join(written) or 'none'}")
-        steps = self._data.reader.steps(ctx, experiment_id, run, [tag])[tag]
-        before = [s for s in steps if s <= step]
-        if not before:
-            shown = ", ".join(map(str, steps[:5])) + (", ..." if len(steps) > 5 else "")
+        points = self._data.last_points(ctx, experiment_id, run, tag, tags)
+        at = bisect.bisect_right([point.step for point in points], step) - 1
+        if at < 0:
+            shown = ", ".join(str(point.step) for point in points[:5]) + (", ..." if len(points) > 5 else "")
             raise errors.NotFoundError(f"run {run!r} has no {stat!r} vector at or before step {step}; its health steps: {shown or 'none'}")
-        written = self._data.reader.last_write(ctx, experiment_id, run, tag, before[-1])
-        vectors = health_metadata.decode_vectors(written.blobs) if written is not None else {}
+        found = points[at].step
+        written = self._data.reader.fetch(ctx, run, tag, [points[at]])
+        vectors = health_metadata.decode_vectors(written[0].blobs) if written else {}
         if layer not in vectors:
-            raise _unknown_layer(run, layer, list(vectors), f"the {stat!r} vectors of step {before[-1]}")
-        return {"run": run, "layer": layer, "stat": stat, "step": int(before[-1]), "values": vectors[layer].tolist()}
+            raise _unknown_layer(run, layer, list(vectors), f"the {stat!r} vectors of step {found}")
+        return {"run": run, "layer": layer, "stat": stat, "step": int(found), "values": vectors[layer].tolist()}
 
     def prune_impl(self, ctx, experiment_id: str, *, run: str) -> dict[str, Any]:
-        tags, recorded = self._data.recorded(ctx, experiment_id, run)
+        tags, recorded = self._data.recorded(ctx, experiment_id, run, tag=health_metadata.PRUNE_TAG)
         latest = self._data.latest_blob(ctx, experiment_id, run, health_metadata.PRUNE_TAG, tags)
         if latest is None:
             return {"run": run, "health": bool(recorded), "step": None, "entries": []}

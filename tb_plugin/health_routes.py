@@ -64,7 +64,7 @@ class HealthRoutes:
         }
 
     def findings_impl(self, ctx, experiment_id: str, *, run: str) -> dict[str, Any]:
-        tags, recorded = self._data.recorded(ctx, experiment_id, run)
+        tags, recorded = self._data.recorded(ctx, experiment_id, run, tag=health_metadata.FINDINGS_TAG)
         latest = self._data.latest_blob(ctx, experiment_id, run, health_metadata.FINDINGS_TAG, tags)
         findings = [] if latest is None else health_metadata.decode_findings(latest[1][0])
         return {"run": run, "health": bool(recorded or findings), "findings": findings}

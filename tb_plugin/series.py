@@ -153,7 +153,7 @@ class SeriesReader:
         if self._multiplexer is not None:
             return _from_event(_last(_events(self._multiplexer, run, tag), lambda event: event.step == step))
         datum = _last(self.read(ctx, experiment_id, run, [tag]).get(tag, []), lambda datum: datum.step == step)
-        return self._fetch(ctx, run, tag, datum)
+        return self._fetch(ctx, run, tag, datum, overlap=True)
 
     def latest(self, ctx, experiment_id: str, run: str, tag: str) -> Optional[Written]:
         """The point written last to ``tag`` (for the meta documents, whose step is a version
@@ -162,7 +162,7 @@ class SeriesReader:
             return _from_event(_last(_events(self._multiplexer, run, tag), lambda event: True))
         data = self.read(ctx, experiment_id, run, [tag]).get(tag, [])
         # The fast loader evicts every step at or after a rewritten one, so its highest step is the last write.
-        return self._fetch(ctx, run, tag, max(data, key=lambda datum: datum.step) if data else None)
+        return self._fetch(ctx, run, tag, max(data, key=lambda datum: datum.step) if data else None, overlap=True)
 
     def all_last_writes(self, ctx, experiment_id: str, run: str, tag: str) -> list[Written]:
         """The last write of every step of ``tag``, steps ascending, read in one pass."""
@@ -182,8 +182,11 @@ class SeriesReader:
         if grouped is not None:
             return grouped
         # Blob reads are round trips to the data server: a few at a time overlap their waits.
+        if len(points) == 1:  # on this request's thread: on a connection of its own, with no delayed acknowledgement
+            written = self._fetch(ctx, run, tag, points[0], overlap=True)
+            return [written] if written is not None else []
         fetch = functools.partial(self._fetch, ctx, run, tag)
-        fetched = _blob_readers().map(fetch, points) if len(points) > 1 else map(fetch, points)
+        fetched = _blob_readers().map(fetch, points)
         return [written for written in fetched if written is not None]
 
     def _fetch_grouped(self, ctx, points: list) -> Optional[list[Written]]:
@@ -203,10 +206,12 @@ class SeriesReader:
                 blobs = blobs[count:]
         return written
 
-    def _fetch(self, ctx, run: str, tag: str, datum) -> Optional[Written]:
+    def _fetch(self, ctx, run: str, tag: str, datum, overlap: bool = False) -> Optional[Written]:
+        """``datum``'s blobs; ``overlap`` (never on a blob thread): see :func:`read_blobs`."""
         if datum is None:
             return None
-        return Written(datum.step, datum.wall_time, read_blobs(self._provider, ctx, run, tag, datum.values))
+        blob_reads = self.blob_reads if overlap else None
+        return Written(datum.step, datum.wall_time, read_blobs(self._provider, ctx, run, tag, datum.values, overlap=overlap, blob_reads=blob_reads))
 
 
 def read_blobs(data_provider, ctx, run: str, tag: str, refs, *, overlap: bool = False,
