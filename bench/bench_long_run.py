@@ -12,7 +12,8 @@ For each run and loader it starts ``tensorboard`` on 127.0.0.1 (a free port, sto
 measures over HTTP:
 
 * all steps visible: from the start of TensorBoard until ``/layers`` lists every captured step;
-* ``/layers``, ``/frame``, ``/health?stat=grad_l2`` and ``/ranges`` (the colour range over the timeline):
+* ``/layers``, ``/frame``, ``/health?stat=grad_l2``, ``/ranges`` (the colour range over the timeline),
+  ``/health_vector`` (a layer's dead units at a step, asked at each timeline step), ``/findings`` and ``/prune``:
   median of repeated requests (the first one warms the caches and is reported apart);
 * ``/frame_bin``: median and max over ``--frames`` distinct (layer, kind, step) frames, none asked twice;
 * TensorBoard's resident memory: the sum over its process tree (the data server included);
@@ -137,6 +138,11 @@ def measure(logdir: Path, run: str, captures: int, loader: str, args) -> dict:
         _, result["frame"] = warm_median(f"{base}/frame?run={run}&layer={layer_names[0]}&kind=weight&step={captures // 2}", args.repeats)
         result["health_first"], result["health"] = warm_median(f"{base}/health?run={run}&stat=grad_l2", args.repeats)
         result["ranges_first"], result["ranges"] = warm_median(f"{base}/ranges?run={run}&layer={layer_names[0]}", args.repeats)
+        # What the layer view asks at each timeline step, and what every view asks when it opens.
+        vector = f"{base}/health_vector?run={run}&layer={layer_names[0]}&stat=dead&step={captures // 2}"
+        result["vector_first"], result["vector"] = warm_median(vector, args.repeats)
+        result["findings_first"], result["findings"] = warm_median(f"{base}/findings?run={run}", args.repeats)
+        result["prune_first"], result["prune"] = warm_median(f"{base}/prune?run={run}", args.repeats)
         result["rss_mib"] = tree_rss_mib(tensorboard_pid(url))
         return result
 
@@ -210,6 +216,12 @@ def main(argv=None) -> None:
             f"| {r['health']:.0f} ms (first {r['health_first']:.0f}) | {r['ranges']:.0f} ms (first {r['ranges_first']:.0f}) "
             f"| {r['rss_mib']:,.0f} MiB |"
         )
+    print()
+    print("| captures | loader | /health_vector | /findings | /prune |")
+    print("|---|---|---|---|---|")
+    for captures, _, loader, r in rows:
+        flag = "--load_fast=true" if loader == "rust" else "--load_fast=false"
+        print(f"| {captures:,} | `{flag}` | " + " | ".join(f"{r[key]:.0f} ms (first {r[key + '_first']:.0f})" for key in ("vector", "findings", "prune")) + " |")
 
 
 if __name__ == "__main__":
