@@ -13,6 +13,9 @@ from tensorboard import errors
 from tb_plugin import health_metadata, versioned_cache
 
 _CACHED = 64  # merged matrices kept (runs × statistics)
+#: Statistics one of which a run with training health writes (weights or activations): probed with a
+#: tag that may be absent, so that a listing taken before health was first written is not kept.
+_HEALTH_ON = ("grad_l2", "dead_fraction")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,8 +37,13 @@ class HealthData:
         """The run's Xray tags and its recorded health statistics, sorted (404 when it has no Xray data).
         With ``stat`` (or ``tag``), the listing is kept while that statistic's series (that tag) is
         unchanged (:mod:`tb_plugin.run_listing`)."""
-        probe = (health_metadata.series_tag(stat),) if stat else (tag,) if tag else ()
-        tags = self.reader.run_tags(ctx, experiment_id, run, probe=probe)
+        if stat:
+            tags = self.reader.run_tags(ctx, experiment_id, run, probe=(health_metadata.series_tag(stat),))
+        elif tag:  # a tag a healthy run may never write (findings): probed with the series that say health is on
+            probe = (tag, *(health_metadata.series_tag(s) for s in _HEALTH_ON))
+            tags = self.reader.run_tags(ctx, experiment_id, run, probe=probe, absent_ok=True)
+        else:
+            tags = self.reader.run_tags(ctx, experiment_id, run)
         return tags, sorted(s for tag in tags if (s := health_metadata.parse_series_tag(tag)))
 
     def matrix(self, ctx, experiment_id: str, run: str, stat: str, tags: dict) -> Matrix:

@@ -30,14 +30,16 @@ class ListingCache:
         self._reader = reader
         self._listings = versioned_cache.VersionedCache(_MAX_LISTINGS)
 
-    def run_tags(self, ctx, experiment_id: str, run: str, probe: tuple[str, ...]) -> dict:
-        """The Xray tags of ``run`` (404 when it has none), from the cache while ``probe``'s tags are unchanged."""
+    def run_tags(self, ctx, experiment_id: str, run: str, probe: tuple[str, ...], absent_ok: bool = False) -> dict:
+        """The Xray tags of ``run`` (404 when it has none), from the cache while ``probe``'s tags are
+        unchanged. ``absent_ok``: a listing is kept also while some probed tags are absent (one that
+        appears changes the probe): for tags a healthy run may never write, such as its findings."""
         versions = self._reader.versions(ctx, experiment_id, run, probe)
         key = (experiment_id, run, probe)
         tags = self._listings.get(key, versions)
         if tags is not None:
             return tags
         tags = self._reader.run_tags(ctx, experiment_id, run)
-        if len(versions) == len(probe):  # probed before listing: a change in between shows at the next probe
+        if absent_ok or len(versions) == len(probe):  # probed before listing: a change in between shows at the next probe
             self._listings.put(key, versions, tags)
         return tags

@@ -100,11 +100,11 @@ class SeriesReader:
                 )
         return listed
 
-    def run_tags(self, ctx, experiment_id: str, run: str, probe: tuple[str, ...] = ()) -> dict:
+    def run_tags(self, ctx, experiment_id: str, run: str, probe: tuple[str, ...] = (), absent_ok: bool = False) -> dict:
         """The Xray tags of ``run``; 404 when it has none. With ``probe``, a listing kept while those
-        tags are unchanged (:mod:`tb_plugin.run_listing`)."""
+        tags are unchanged (:mod:`tb_plugin.run_listing`, which says what ``absent_ok`` does)."""
         if probe:
-            return self.listings.run_tags(ctx, experiment_id, run, probe)
+            return self.listings.run_tags(ctx, experiment_id, run, probe, absent_ok)
         tags = self.list(ctx, experiment_id, run).get(run)
         if not tags:
             raise routes_common.unknown_run(run, sorted(name for name, listed in self.list(ctx, experiment_id).items() if listed))

@@ -112,7 +112,7 @@ def reads_per_request(data_provider, multiplexer, run: str, captures: int) -> di
         counted.wrap(multiplexer, ["Tensors"])
     plugin = xray_plugin.XrayPlugin(base_plugin.TBContext(data_provider=data_provider, multiplexer=multiplexer, logdir=""))
     apps = plugin.get_plugin_apps()
-    frames, health = apps["/frame_bin"].__self__, apps["/health"].__self__
+    frames, health, layer_health = apps["/frame_bin"].__self__, apps["/health"].__self__, apps["/health_vector"].__self__
     ctx, last = context.RequestContext(), (captures - 1) * 10
     requests = {
         "/layers": lambda: plugin.layers_impl(ctx, "", run),
@@ -121,6 +121,9 @@ def reads_per_request(data_provider, multiplexer, run: str, captures: int) -> di
         "/frame": lambda: frames.frame_impl(ctx, "", run=run, layer="0", kind="activation", step=10),
         "/health": lambda: health.health_impl(ctx, "", run=run, stat="grad_l2"),
         "/ranges": lambda: frames.ranges_impl(ctx, "", run=run, layer="0"),
+        "/health_vector": lambda: layer_health.vector_impl(ctx, "", run=run, stat="dead", layer="0", step=last),
+        "/findings": lambda: health.findings_impl(ctx, "", run=run),
+        "/prune": lambda: layer_health.prune_impl(ctx, "", run=run),
     }
     blob_reads = plugin._series.blob_reads
     return {f"{name} {when}": counted.during(request, blob_reads) for name, request in requests.items() for when in ("cold", "warm")}
