@@ -15,7 +15,8 @@ from torch.nn import functional as F
 from torch.optim.optimizer import _global_optimizer_pre_hooks
 
 from xray_tb import Xray, open_run
-from xray_tb.health import NonFinite
+from xray_tb.health import HealthOptions, NonFinite
+from xray_tb.schedules import at
 from xray_tb.health.nonfinite import FlagRows
 from xray_tb.health.sentinel import NonFiniteSentinel
 
@@ -250,3 +251,92 @@ def test_a_model_holding_its_parameters_itself_says_health_watches_no_weight(tmp
         warnings.simplefilter("error")  # no health failure warned: nothing per iteration to measure
         model(torch.randn(2, 16)).sum().backward()
         xray.take_graphs()
+
+
+class _SumsRead(torch.overrides.TorchFunctionMode):
+    """The tensors whose ``sum`` is taken while the mode is on (by identity)."""
+
+    def __init__(self):
+        super().__init__()
+        self.read: list[int] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.sum:
+            self.read.append(id(args[0]))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("optimizer_class", [torch.optim.SGD, torch.optim.Adam])
+def test_a_weight_only_the_optimizer_stepped_is_not_read_again(tmp_path, optimizer_class):
+    """Between measured iterations the CPU sentinel reads each gradient, and a weight only when something
+    other than an optimizer step (from the gradients it checked) wrote it since it was found finite."""
+    model = three_layers()
+    optimizer = optimizer_class(model.parameters(), lr=0.01)
+    weights = [model.first.weight, model.second.weight, model.third.weight]
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=at([]), health=HealthOptions(every=1000)) as xray:
+        for step, (x, y) in enumerate(batches(8)):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            if step == 6:
+                with torch.no_grad():
+                    model.second.weight.mul_(1.0)  # a write of the user's: read again
+            with _SumsRead() as sums:
+                xray.take_graphs()
+            optimizer.step()
+            if step in (4, 5):
+                assert sorted(sums.read) == sorted(id(w.grad) for w in weights)
+            if step == 6:
+                assert sorted(sums.read) == sorted([*(id(w.grad) for w in weights), id(model.second.weight)])
+
+
+def test_a_gradient_clipped_after_the_check_leaves_its_weight_read_at_the_next_one(tmp_path):
+    model = three_layers()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=at([]), health=HealthOptions(every=1000)) as xray:
+        for step, (x, y) in enumerate(batches(6)):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            with _SumsRead() as sums:
+                xray.take_graphs()
+            torch.nn.utils.clip_grad_norm_(model.third.parameters(), 1e-3)  # in place, after the check
+            optimizer.step()
+            if step >= 4:
+                assert id(model.third.weight) in sums.read and id(model.first.weight) not in sums.read
+
+
+def test_an_infinite_weight_written_between_the_check_and_the_step_is_named_at_the_next_forward(tmp_path):
+    """Written after take_graphs() read the weights, before the optimizer steps from them: the forward
+    of the next iteration is the first to use it, and a ReLU hides it from every gradient."""
+    model = three_layers()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10) as xray:
+        for step, (x, y) in enumerate(batches(30)):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x.abs()), y).backward()
+            xray.take_graphs()
+            if step == 17:
+                with torch.no_grad():
+                    model.first.weight[0, :] = -math.inf
+            optimizer.step()
+        assert xray.first_nonfinite == NonFinite(step=18, layer="first", kind="weight")
+
+
+def test_the_weight_version_hooks_are_removed_at_close(tmp_path):
+    from torch.optim.optimizer import _global_optimizer_post_hooks
+
+    before = (dict(_global_optimizer_pre_hooks), dict(_global_optimizer_post_hooks))
+    model = three_layers()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    with Xray(model, input_size=(16,), logdir=str(tmp_path)) as xray:
+        train(model, xray, optimizer, 3)
+        assert len(_global_optimizer_post_hooks) == len(before[1]) + 1
+    assert (dict(_global_optimizer_pre_hooks), dict(_global_optimizer_post_hooks)) == before
+
+
+def test_a_weight_whose_data_is_replaced_is_read_again(tmp_path):
+    """``weight.data = ...`` bumps no version counter; the data's new place is seen."""
+    def plant(step, model):
+        if step == 26:
+            model.first.weight.data = model.first.weight.data.clone().index_fill_(0, torch.tensor([0]), -math.inf)
+
+    assert _readme_loop(three_layers(), plant, logdir=str(tmp_path)) == NonFinite(step=26, layer="first", kind="weight")

@@ -296,5 +296,6 @@ class HealthMonitor:
             self.flush()
         finally:
             self._recorder.remove()
+            self._sentinel.remove()
             self._writer.sink = None
 

@@ -8,12 +8,14 @@ Cheap by construction, and without a host sync per iteration on a GPU:
   overflows) gives a flag per tensor; the flags of the first iteration with any flag, and its step,
   are kept on the device (a few ``where``) and read when the statistics are next written;
 * on a CPU, where reading a value costs no sync and memory bandwidth is what a check costs, each
-  weight's and each gradient's sum (a NaN or an infinity makes it non-finite) is added up and read;
+  gradient's and each weight's sum (a NaN or an infinity makes it non-finite) is added up and read;
   only when the total is not finite are they checked one by one (``isfinite``), so a finite tensor
   whose sum overflows is never flagged. The weights are summed too, although a non-finite weight that
   the forward uses mostly makes the gradients non-finite: an infinite weight whose unit a ReLU, a
   sigmoid or a tanh clamps leaves the loss and every gradient finite, and so does an embedding row
-  never looked up.
+  never looked up. A weight that nothing but an optimizer step changed since it was found finite,
+  stepped with the gradients this check found finite, is not read again
+  (:mod:`xray_tb.health.weight_versions`): in a plain loop only the gradients are read.
 
 Biases (and the other parameters of a layer that are not weights) are checked where a non-finite value
 was found, so that a NaN bias is named in its own layer, not in the last layer with a non-finite
@@ -37,6 +39,7 @@ from xray_tb import sharding
 from xray_tb.health import reductions
 from xray_tb.health.nonfinite import FlagRows
 from xray_tb.health.stats.base import stored_values
+from xray_tb.health.weight_versions import WeightVersions
 
 
 class NonFiniteSentinel:
@@ -56,6 +59,9 @@ class NonFiniteSentinel:
         self._pending: Optional[tuple] = None  # what it found: (step, flags) on a CPU, (step, flags, positions, count) on a device
         self.found_at: Optional[int] = None  # the step of the last find on a CPU (waiting or not)
         self._skipped_first: Optional[tuple] = None  # the first find withdrawn in the current row of skipped steps
+        #: On a CPU, which weights need no reading (:mod:`xray_tb.health.weight_versions`); None: read them all.
+        self.versions: Optional[WeightVersions] = None
+        self.track_versions = True  # False: read every weight at every check (sharded weights: ShardedHealth)
 
     @property
     def flag_count(self) -> int:
@@ -68,6 +74,8 @@ class NonFiniteSentinel:
         with torch.no_grad():
             if self._on_cpu is None:
                 self._on_cpu = all(w.device.type == "cpu" for w in weights)
+                if self._on_cpu and self.track_versions:
+                    self.versions = WeightVersions()
             if self._on_cpu:  # the common CPU case first, with as little Python as possible
                 total = 0.0
                 for t in grads:  # one reduction per tensor, added up on the host: no stack, no allocation
@@ -77,9 +85,13 @@ class NonFiniteSentinel:
                             if t is None:
                                 continue
                         total += float(t.sum(dtype=torch.float32))  # a float16 sum would overflow
-                for t in weights:
-                    total += float(t.sum(dtype=torch.float32))
+                clean = self.versions.clean(weights) if self.versions is not None else None
+                for i, t in enumerate(weights):
+                    if clean is None or not clean[i]:  # unchanged since found finite, or only stepped from it
+                        total += float(t.sum(dtype=torch.float32))
                 if math.isfinite(total):
+                    if self.versions is not None:
+                        self.versions.checked(weights, grads)
                     return
             biases = biases or []
             tensors = [*weights, *[None if g is None else stored_values(g) for g in grads],
@@ -141,6 +153,12 @@ class NonFiniteSentinel:
             self._found = (int(first_step), flags)
             self.done = True
         self._device_state = None
+
+    def remove(self) -> None:
+        """Remove the optimizer hooks that keep the weights' clean marks (idempotent)."""
+        if self.versions is not None:
+            self.versions.remove()
+            self.versions = None
 
     def hold(self, step: int) -> None:
         """What iteration ``step`` finds waits for :meth:`release` or :meth:`withdraw` (its optimizer step)."""

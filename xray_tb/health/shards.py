@@ -42,6 +42,7 @@ class ShardedHealth:
         self._group = group
         self._sentinel = sentinel
         sentinel.shared = group is not None  # its findings count once the ranks agreed on them
+        sentinel.track_versions = False  # local shards are read at every check
 
     @classmethod
     def of(cls, group: Optional[Group], weights: list[torch.Tensor], sentinel: NonFiniteSentinel) -> Optional["ShardedHealth"]:
