@@ -12,6 +12,8 @@ with no capture due (``every=xray_tb.schedules.at([])``):
   off   health=False
 
 Each step is zero_grad, forward, MSE loss, backward, xray.take_graphs(), optimizer.step() (SGD).
+It also prints the operations one measured iteration dispatches on the device path (a GPU's),
+counted on the meta device for each N: a fixed number means a fixed number of kernel launches.
 After a warm-up, round after round, each copy runs a window of --steps steps, the two alternating
 (which one goes first alternates too). On CUDA the window ends with torch.cuda.synchronize() and
 the clock is wall time; on CPU it is process CPU time (the event writer's thread included). Per N the
@@ -126,6 +128,7 @@ def main() -> None:
         off, on = statistics.median(times["off"]), statistics.median(times["on"])
         cost[layers] = statistics.median(differences)
         print(f"{layers:6d} {off * 1e3:11.3f} {on * 1e3:10.3f} {cost[layers] * 1e6:15.1f} {cost[layers] * 1e6 / layers:9.2f}")
+    report_dispatched_ops(counts)
     if len(counts) > 1:
         low, high = min(counts), max(counts)
         if cost[low] > 0:
@@ -134,6 +137,17 @@ def main() -> None:
             print(f"cost per measured iteration, {high} vs {low} layers: {growth:.1f}x for {high / low:.0f}x the layers: grows {verdict}")
         else:
             print(f"cost per measured iteration at {low} layers is not above noise ({cost[low] * 1e6:.1f} µs): no growth ratio")
+
+
+def report_dispatched_ops(counts: list[int]) -> None:
+    """What a measured iteration asks an accelerator to run, by layer count: the device path's dispatched
+    ops, counted on the meta device (no accelerator needed; the CPU path above reduces per tensor)."""
+    from tests.health.dispatched_ops import dispatched_ops
+
+    totals = {layers: sum(dispatched_ops(layers, (WIDTH, WIDTH)).values()) / 2 for layers in counts}
+    print("device path, ops dispatched per measured iteration (meta device): "
+          + ", ".join(f"{layers} layers {total:.0f}" for layers, total in totals.items())
+          + (": flat" if len(set(totals.values())) == 1 else ": grows with the layers"))
 
 
 if __name__ == "__main__":
