@@ -19,6 +19,7 @@ from xray_tb.health import HealthOptions, NonFinite
 from xray_tb.schedules import at
 from xray_tb.health.nonfinite import FlagRows
 from xray_tb.health.sentinel import NonFiniteSentinel
+from xray_tb.health.weight_versions import MIN_SIZE
 
 from tests.health.helpers import batches
 
@@ -197,7 +198,8 @@ def _readme_loop(model, plant, steps: int = 45, **options):
         return xray.first_nonfinite
 
 
-def test_an_infinite_weight_that_a_relu_hides_is_named_at_its_step(tmp_path):
+@pytest.mark.parametrize("make_model", ["three_layers", "wide_layers"])
+def test_an_infinite_weight_that_a_relu_hides_is_named_at_its_step(tmp_path, make_model):
     """-inf in the first layer's row 0 on positive inputs: the ReLU clamps that unit to 0, so the loss
     and every gradient stay finite; the weight is non-finite all the same."""
     def plant(step, model):
@@ -205,7 +207,8 @@ def test_an_infinite_weight_that_a_relu_hides_is_named_at_its_step(tmp_path):
             with torch.no_grad():
                 model.first.weight[0, :] = -math.inf
 
-    assert _readme_loop(three_layers(), plant, logdir=str(tmp_path)) == NonFinite(step=33, layer="first", kind="weight")
+    model = globals()[make_model]()  # small weights are read at every check, large ones when written
+    assert _readme_loop(model, plant, logdir=str(tmp_path)) == NonFinite(step=33, layer="first", kind="weight")
 
 
 class CustomWeight(nn.Module):
@@ -266,13 +269,27 @@ class _SumsRead(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+def wide_layers() -> nn.Module:
+    """Two weights large enough to be followed (weight_versions.MIN_SIZE values) and a small one."""
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.add_module("first", nn.Linear(16, 1024))
+    model.add_module("act1", nn.ReLU())
+    model.add_module("second", nn.Linear(1024, 32))
+    model.add_module("act2", nn.ReLU())
+    model.add_module("third", nn.Linear(32, 4))
+    return model
+
+
 @pytest.mark.parametrize("optimizer_class", [torch.optim.SGD, torch.optim.Adam])
-def test_a_weight_only_the_optimizer_stepped_is_not_read_again(tmp_path, optimizer_class):
-    """Between measured iterations the CPU sentinel reads each gradient, and a weight only when something
-    other than an optimizer step (from the gradients it checked) wrote it since it was found finite."""
-    model = three_layers()
+def test_a_large_weight_only_the_optimizer_stepped_is_not_read_again(tmp_path, optimizer_class):
+    """Between measured iterations the CPU sentinel reads each gradient, each small weight, and a large
+    weight only when something other than an optimizer step (from the gradients it checked) wrote it
+    since it was found finite."""
+    model = wide_layers()
     optimizer = optimizer_class(model.parameters(), lr=0.01)
     weights = [model.first.weight, model.second.weight, model.third.weight]
+    assert [w.numel() >= MIN_SIZE for w in weights] == [True, True, False]
     with Xray(model, input_size=(16,), logdir=str(tmp_path), every=at([]), health=HealthOptions(every=1000)) as xray:
         for step, (x, y) in enumerate(batches(8)):
             optimizer.zero_grad()
@@ -283,14 +300,15 @@ def test_a_weight_only_the_optimizer_stepped_is_not_read_again(tmp_path, optimiz
             with _SumsRead() as sums:
                 xray.take_graphs()
             optimizer.step()
+            read = sorted([*(id(w.grad) for w in weights), id(model.third.weight)])
             if step in (4, 5):
-                assert sorted(sums.read) == sorted(id(w.grad) for w in weights)
+                assert sorted(sums.read) == read
             if step == 6:
-                assert sorted(sums.read) == sorted([*(id(w.grad) for w in weights), id(model.second.weight)])
+                assert sorted(sums.read) == sorted([*read, id(model.second.weight)])
 
 
 def test_a_gradient_clipped_after_the_check_leaves_its_weight_read_at_the_next_one(tmp_path):
-    model = three_layers()
+    model = wide_layers()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     with Xray(model, input_size=(16,), logdir=str(tmp_path), every=at([]), health=HealthOptions(every=1000)) as xray:
         for step, (x, y) in enumerate(batches(6)):
@@ -298,16 +316,16 @@ def test_a_gradient_clipped_after_the_check_leaves_its_weight_read_at_the_next_o
             F.cross_entropy(model(x), y).backward()
             with _SumsRead() as sums:
                 xray.take_graphs()
-            torch.nn.utils.clip_grad_norm_(model.third.parameters(), 1e-3)  # in place, after the check
+            torch.nn.utils.clip_grad_norm_(model.second.parameters(), 1e-3)  # in place, after the check
             optimizer.step()
             if step >= 4:
-                assert id(model.third.weight) in sums.read and id(model.first.weight) not in sums.read
+                assert id(model.second.weight) in sums.read and id(model.first.weight) not in sums.read
 
 
 def test_an_infinite_weight_written_between_the_check_and_the_step_is_named_at_the_next_forward(tmp_path):
     """Written after take_graphs() read the weights, before the optimizer steps from them: the forward
     of the next iteration is the first to use it, and a ReLU hides it from every gradient."""
-    model = three_layers()
+    model = wide_layers()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10) as xray:
         for step, (x, y) in enumerate(batches(30)):
@@ -339,4 +357,4 @@ def test_a_weight_whose_data_is_replaced_is_read_again(tmp_path):
         if step == 26:
             model.first.weight.data = model.first.weight.data.clone().index_fill_(0, torch.tensor([0]), -math.inf)
 
-    assert _readme_loop(three_layers(), plant, logdir=str(tmp_path)) == NonFinite(step=26, layer="first", kind="weight")
+    assert _readme_loop(wide_layers(), plant, logdir=str(tmp_path)) == NonFinite(step=26, layer="first", kind="weight")

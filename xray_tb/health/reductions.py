@@ -23,6 +23,10 @@ CHUNK = 1 << 24
 
 def groups(tensors: list[torch.Tensor]) -> list[tuple[list[int], list[torch.Tensor]]]:
     """``(positions, tensors)`` per (device, dtype), in order of first appearance."""
+    if tensors:  # the common case, one group, checked with as little Python per tensor as possible
+        dtype = tensors[0].dtype
+        if all(t.dtype is dtype for t in tensors) and len({t.device for t in tensors}) == 1:
+            return [(list(range(len(tensors))), list(tensors))]
     by_key: dict = {}
     for index, tensor in enumerate(tensors):
         entry = by_key.setdefault((tensor.device, tensor.dtype), ([], []))

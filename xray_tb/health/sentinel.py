@@ -13,9 +13,9 @@ Cheap by construction, and without a host sync per iteration on a GPU:
   whose sum overflows is never flagged. The weights are summed too, although a non-finite weight that
   the forward uses mostly makes the gradients non-finite: an infinite weight whose unit a ReLU, a
   sigmoid or a tanh clamps leaves the loss and every gradient finite, and so does an embedding row
-  never looked up. A weight that nothing but an optimizer step changed since it was found finite,
-  stepped with the gradients this check found finite, is not read again
-  (:mod:`xray_tb.health.weight_versions`): in a plain loop only the gradients are read.
+  never looked up. A large weight that nothing but an optimizer step changed since it was found
+  finite, stepped with the gradients this check found finite, is not read again
+  (:mod:`xray_tb.health.weight_versions`): in a plain loop mostly the gradients are read.
 
 Biases (and the other parameters of a layer that are not weights) are checked where a non-finite value
 was found, so that a NaN bias is named in its own layer, not in the last layer with a non-finite
@@ -85,9 +85,9 @@ class NonFiniteSentinel:
                             if t is None:
                                 continue
                         total += float(t.sum(dtype=torch.float32))  # a float16 sum would overflow
-                clean = self.versions.clean(weights) if self.versions is not None else None
+                clean = self.versions.clean(weights) if self.versions is not None else frozenset()
                 for i, t in enumerate(weights):
-                    if clean is None or not clean[i]:  # unchanged since found finite, or only stepped from it
+                    if i not in clean:  # else unchanged since found finite, or only stepped from there
                         total += float(t.sum(dtype=torch.float32))
                 if math.isfinite(total):
                     if self.versions is not None:
