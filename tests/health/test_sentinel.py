@@ -25,12 +25,12 @@ from tests.health.helpers import batches
 
 
 
-def three_layers() -> nn.Module:
+def three_layers(width: int = 32) -> nn.Module:
     torch.manual_seed(0)
     model = nn.Sequential()
-    model.add_module("first", nn.Linear(16, 32))
+    model.add_module("first", nn.Linear(16, width))
     model.add_module("act1", nn.ReLU())
-    model.add_module("second", nn.Linear(32, 32))
+    model.add_module("second", nn.Linear(width, 32))
     model.add_module("act2", nn.ReLU())
     model.add_module("third", nn.Linear(32, 4))
     return model
@@ -271,14 +271,7 @@ class _SumsRead(torch.overrides.TorchFunctionMode):
 
 def wide_layers() -> nn.Module:
     """Two weights large enough to be followed (weight_versions.MIN_SIZE values) and a small one."""
-    torch.manual_seed(0)
-    model = nn.Sequential()
-    model.add_module("first", nn.Linear(16, 1024))
-    model.add_module("act1", nn.ReLU())
-    model.add_module("second", nn.Linear(1024, 32))
-    model.add_module("act2", nn.ReLU())
-    model.add_module("third", nn.Linear(32, 4))
-    return model
+    return three_layers(width=1024)
 
 
 @pytest.mark.parametrize("optimizer_class", [torch.optim.SGD, torch.optim.Adam])
