@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from xray_tb import Xray, open_run
-from xray_tb.health import HealthOptions, NonFinite
+from xray_tb.health import HealthOptions, NonFinite, weight_versions
 
 
 class Trunk(nn.Module):
@@ -31,6 +31,15 @@ class Trunk(nn.Module):
         hidden = torch.relu(self.fc1(x))
         out = self.fc2(hidden)
         return out + self.aux(hidden) if self.use_aux else out
+
+
+@pytest.fixture(autouse=True, params=["small read", "all followed"])
+def followed_weights(request, monkeypatch):
+    """Each loop twice: as the sentinel treats these small weights (read at every check), and with every
+    weight followed across optimizer steps (xray_tb.health.weight_versions), as large ones are."""
+    if request.param == "all followed":
+        monkeypatch.setattr(weight_versions, "MIN_SIZE", 0)
+    return request.param
 
 
 def small_model(lr: float = 0.01):
