@@ -351,3 +351,26 @@ def test_a_weight_whose_data_is_replaced_is_read_again(tmp_path):
             model.first.weight.data = model.first.weight.data.clone().index_fill_(0, torch.tensor([0]), -math.inf)
 
     assert _readme_loop(wide_layers(), plant, logdir=str(tmp_path)) == NonFinite(step=26, layer="first", kind="weight")
+
+
+def test_each_optimizer_keeps_the_marks_of_the_weights_it_steps_from_checked_gradients(tmp_path):
+    """Two optimizers over two parts of a model, iterations counted at the first one's steps: each part's
+    large weight is not read again after its own optimizer's step; a part stepped with the gradients of a
+    second backward that no check saw is read at the next check."""
+    model = wide_layers()
+    first = torch.optim.SGD(model.first.parameters(), lr=0.01)
+    rest = torch.optim.SGD([*model.second.parameters(), *model.third.parameters()], lr=0.01)
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=at([]), health=HealthOptions(every=1000), optimizer=first):
+        for step, (x, y) in enumerate(batches(9)):
+            first.zero_grad()
+            rest.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            with _SumsRead() as sums:
+                first.step()  # the check, in its step pre-hook
+                if step == 6:  # the rest steps with the gradients of another backward, unchecked
+                    rest.zero_grad()
+                    F.cross_entropy(model(x), y).backward()
+                rest.step()
+            read = {id(model.first.weight), id(model.second.weight)} & set(sums.read)
+            if step >= 2:
+                assert read == ({id(model.second.weight)} if step == 7 else set()), step

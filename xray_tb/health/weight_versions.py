@@ -6,9 +6,10 @@ finite gradients gives finite weights (unless the update itself overflows), and 
 (``weight[5, 3] = nan`` under ``no_grad``, ``load_state_dict``, ``copy_``), which bumps the weight's
 version counter. So after a finite check, each weight's version (and where its data lies) and its
 gradient (a weak reference and the gradient's own version) are noted. Around every ``torch.optim`` step
-(the global step pre- and post-hooks) a weight keeps its clean mark when nothing wrote it since the check
-and the gradient the step may have applied is the one checked, unchanged (not scaled or clipped in place
-since); its new version is noted. Any other change leaves the weight dirty, and the next check reads it.
+(the global step pre- and post-hooks), each weight that optimizer steps keeps its clean mark when nothing
+wrote it since the check and the gradient the step may have applied is the one checked, unchanged (not
+scaled or clipped in place since); its new version is noted. Any other change leaves the weight dirty,
+and the next check reads it.
 
 Only weights of at least :data:`MIN_SIZE` values are followed: a smaller one is read at every check,
 which costs less than following it (and keeps what is held per layer nil on models of thousands of small
@@ -44,10 +45,13 @@ class WeightVersions:
         self._followed: list[int] = []  # the positions of its weights of MIN_SIZE values or more
         self._seen: list = []  # each followed weight's version while clean; None: dirty
         self._grads: list = []  # each followed weight's checked gradient: (weak reference, version), or None
-        self._before: Optional[list] = None  # the versions when the step began
+        self._before: Optional[tuple[int, list[int], list]] = None  # generation, the slots the step may change, their versions
+        self._generation = 0  # counts the lists of weights followed, so that what is cached per optimizer is renewed
+        # per optimizer: (generation, its parameter count, the slots of the followed weights it steps)
+        self._stepped: "weakref.WeakKeyDictionary[torch.optim.Optimizer, tuple]" = weakref.WeakKeyDictionary()
         this = weakref.ref(self)
         self._handles = (
-            register_optimizer_step_pre_hook(Hook(lambda optimizer, args, kwargs: _call(this, "_before_step"))),
+            register_optimizer_step_pre_hook(Hook(lambda optimizer, args, kwargs: _call(this, "_before_step", optimizer))),
             register_optimizer_step_post_hook(Hook(lambda optimizer, args, kwargs: _call(this, "_after_step"))),
         )
 
@@ -63,32 +67,48 @@ class WeightVersions:
         if weights is not self._weights:
             self._weights = weights
             self._followed = [i for i, weight in enumerate(weights) if weight.numel() >= MIN_SIZE]
+            self._generation += 1
         self._seen = [_version(weights[i]) for i in self._followed]
         self._grads = [None if (grad := grads[i]) is None else _reference(grad) for i in self._followed]
-        self._before = None
+        # a step under way keeps what its pre-hook noted: with optimizer=, the check runs in that step's own
+        # pre-hook, after the global one
 
     def remove(self) -> None:
         """Remove both hooks (idempotent) and forget everything."""
         for handle in self._handles:
             handle.remove()
         self._weights, self._followed, self._seen, self._grads, self._before = None, [], [], [], None
+        self._stepped.clear()
 
-    def _before_step(self) -> None:
+    def _before_step(self, optimizer: torch.optim.Optimizer) -> None:
         if self._weights is not None and self._followed:
-            self._before = [_version(self._weights[i]) for i in self._followed]
+            slots = self._slots(optimizer)
+            self._before = (self._generation, slots, [_version(self._weights[self._followed[slot]]) for slot in slots])
+
+    def _slots(self, optimizer: torch.optim.Optimizer) -> list[int]:
+        """The slots of the followed weights ``optimizer`` steps (looked at again when its parameters or
+        the followed weights change). A weight it steps that is missed here keeps its old mark, which its
+        new version no longer matches: it is read at the next check."""
+        count = sum(len(group["params"]) for group in optimizer.param_groups)
+        cached = self._stepped.get(optimizer)
+        if cached is None or cached[:2] != (self._generation, count):
+            held = {id(param) for group in optimizer.param_groups for param in group["params"]}
+            cached = (self._generation, count, [slot for slot, i in enumerate(self._followed) if id(self._weights[i]) in held])
+            self._stepped[optimizer] = cached
+        return cached[2]
 
     def _after_step(self) -> None:
         before, self._before = self._before, None
-        if self._weights is None or before is None:
-            return
-        for slot, i in enumerate(self._followed):
+        if self._weights is None or before is None or before[0] != self._generation:
+            return  # nothing noted, or the weights were found again meanwhile: the next check reads them
+        for slot, version in zip(before[1], before[2]):
             seen = self._seen[slot]
             if seen is None:
                 continue
-            weight, checked = self._weights[i], self._grads[slot]
+            weight, checked = self._weights[self._followed[slot]], self._grads[slot]
             grad = weight.grad
             applied_checked = grad is None or (checked is not None and checked[0]() is grad and _version(grad) == checked[1])
-            self._seen[slot] = _version(weight) if before[slot] == seen and applied_checked else None
+            self._seen[slot] = _version(weight) if version == seen and applied_checked else None
 
 
 def _version(tensor: torch.Tensor) -> Optional[tuple[int, int]]:
@@ -106,7 +126,7 @@ def _reference(grad: torch.Tensor) -> Optional[tuple[weakref.ref, tuple[int, int
     return weakref.ref(grad), version
 
 
-def _call(versions_ref: weakref.ref, method: str) -> None:
+def _call(versions_ref: weakref.ref, method: str, *args) -> None:
     versions = versions_ref()
     if versions is not None:
-        getattr(versions, method)()
+        getattr(versions, method)(*args)
