@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import threading
+import weakref
 from typing import Any, Callable, Optional
 
 import torch
@@ -80,6 +81,14 @@ def run_eagerly_under_compile() -> None:
 
 
 _EAGER_CALL = Hook.__call__
+
+
+def call_weakly(owner: "weakref.ref", method: str, *args) -> None:
+    """Call ``method`` of the object ``owner`` refers to, if it still lives: what a hook registered
+    globally (an optimizer step hook) calls, so that it does not keep its owner alive."""
+    target = owner()
+    if target is not None:
+        getattr(target, method)(*args)
 
 
 def _version(tensor: torch.Tensor) -> Optional[int]:

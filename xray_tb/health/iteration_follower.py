@@ -40,7 +40,7 @@ from typing import Callable, Optional, Union
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from xray_tb.capture.hooks import Hook
+from xray_tb.capture.hooks import Hook, call_weakly
 from xray_tb.health.skipped_steps import SkippedSteps
 from xray_tb.user_frame import user_stacklevel
 
@@ -84,7 +84,7 @@ class IterationFollower:
         if first is not None:
             self._mark(first)
             self._step_handle = register_optimizer_step_pre_hook(
-                Hook(lambda optimizer, args, kwargs: _call(self._this, "_before_step", optimizer)))
+                Hook(lambda optimizer, args, kwargs: call_weakly(self._this, "_before_step", optimizer)))
 
     def counts_call(self, step: int) -> bool:
         """Whether the ``take_graphs(step)`` call is an iteration: not when no backward ran since the last
@@ -157,7 +157,7 @@ class IterationFollower:
             self._slot = self._slot_of(self._marker)
             return
         followed = self._followed() if self._followed is not None else None
-        if followed is None or not (_held(followed) & self._ids):
+        if followed is None or not (held_ids(followed) & self._ids):
             self._followed, self._candidate = None, None
             self._ignored.clear()
         if not self._remark() and self._followed is None and (first := self._first_trained()) is not None:
@@ -190,7 +190,7 @@ class IterationFollower:
             self._marker_handle.remove()
         self._marker = weight
         self._slot = self._slot_of(weight)
-        self._marker_handle = weight.register_post_accumulate_grad_hook(Hook(lambda _: _call(self._this, "_backward")))
+        self._marker_handle = weight.register_post_accumulate_grad_hook(Hook(lambda _: call_weakly(self._this, "_backward")))
 
     def _slot_of(self, weight: torch.nn.Parameter) -> Optional[tuple[torch.nn.Module, str]]:
         """Where the model holds ``weight``: its module and name (None where unknown)."""
@@ -220,7 +220,7 @@ class IterationFollower:
 
     def _first_trained(self, optimizer: Optional[torch.optim.Optimizer] = None) -> Optional[torch.nn.Parameter]:
         """The first weight that requires grad (and that ``optimizer`` steps, if given)."""
-        held = _held(optimizer) if optimizer is not None else None
+        held = held_ids(optimizer) if optimizer is not None else None
         return next((w for w in self._weights if w.requires_grad and (held is None or id(w) in held)), None)
 
     def _backward(self) -> None:
@@ -271,7 +271,7 @@ class IterationFollower:
             # (a fine-tuning optimizer over the head only, the trunk left out but not frozen). Followed from here.
             self._follow_candidate()
             return self._followed is not None
-        if self._stand_in is not False and (first := self._first_trained()) is not None and id(first) in _held(optimizer):
+        if self._stand_in is not False and (first := self._first_trained()) is not None and id(first) in held_ids(optimizer):
             # One that steps the first layer after all (a GAN's generator, once the discriminator's backward
             # through it made the discriminator's optimizer the candidate): followed, counting on from before.
             self._followed, self._last, self._stand_in = weakref.ref(optimizer), self._stand_in, False
@@ -279,7 +279,7 @@ class IterationFollower:
             return True
         if self._ignored.get(optimizer) == count:
             return False
-        held = _held(optimizer)
+        held = held_ids(optimizer)
         if id(self._marker) in held:  # the first to step the marker, or one built anew for it mid-run
             self._followed = weakref.ref(optimizer)
             return True
@@ -290,16 +290,10 @@ class IterationFollower:
 
     def _consider(self, optimizer: torch.optim.Optimizer) -> None:
         """An optimizer stepped after a call counted the backward: the one to follow if it steps the model."""
-        if _held(optimizer) & self._ids:
+        if held_ids(optimizer) & self._ids:
             self._candidate = weakref.ref(optimizer)
 
 
-def _held(optimizer: torch.optim.Optimizer) -> set[int]:
+def held_ids(optimizer: torch.optim.Optimizer) -> set[int]:
     """The ids of the parameters ``optimizer`` steps."""
     return {id(p) for group in optimizer.param_groups for p in group["params"]}
-
-
-def _call(follower_ref: weakref.ref, method: str, *args) -> None:
-    follower = follower_ref()
-    if follower is not None:
-        getattr(follower, method)(*args)

@@ -30,7 +30,8 @@ from typing import Optional
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from xray_tb.capture.hooks import Hook
+from xray_tb.capture.hooks import Hook, call_weakly
+from xray_tb.health.iteration_follower import held_ids
 
 #: The fewest values a weight must hold to be followed rather than read at every check.
 MIN_SIZE = 1 << 14
@@ -51,8 +52,8 @@ class WeightVersions:
         self._stepped: "weakref.WeakKeyDictionary[torch.optim.Optimizer, tuple]" = weakref.WeakKeyDictionary()
         this = weakref.ref(self)
         self._handles = (
-            register_optimizer_step_pre_hook(Hook(lambda optimizer, args, kwargs: _call(this, "_before_step", optimizer))),
-            register_optimizer_step_post_hook(Hook(lambda optimizer, args, kwargs: _call(this, "_after_step"))),
+            register_optimizer_step_pre_hook(Hook(lambda optimizer, args, kwargs: call_weakly(this, "_before_step", optimizer))),
+            register_optimizer_step_post_hook(Hook(lambda optimizer, args, kwargs: call_weakly(this, "_after_step"))),
         )
 
     def clean(self, weights: list[torch.Tensor]) -> frozenset:
@@ -92,7 +93,7 @@ class WeightVersions:
         count = sum(len(group["params"]) for group in optimizer.param_groups)
         cached = self._stepped.get(optimizer)
         if cached is None or cached[:2] != (self._generation, count):
-            held = {id(param) for group in optimizer.param_groups for param in group["params"]}
+            held = held_ids(optimizer)
             cached = (self._generation, count, [slot for slot, i in enumerate(self._followed) if id(self._weights[i]) in held])
             self._stepped[optimizer] = cached
         return cached[2]
@@ -124,9 +125,3 @@ def _reference(grad: torch.Tensor) -> Optional[tuple[weakref.ref, tuple[int, int
     if version is None or grad.layout != torch.strided:
         return None  # a sparse gradient: its weight is read at every check
     return weakref.ref(grad), version
-
-
-def _call(versions_ref: weakref.ref, method: str, *args) -> None:
-    versions = versions_ref()
-    if versions is not None:
-        getattr(versions, method)(*args)
