@@ -54,7 +54,8 @@ def _host_statistics(tensor: torch.Tensor, reductions: SharedReductions) -> dict
     values, total, squares, low, high = found
     size = values.size
     if not math.isfinite(total):  # a non-finite value, or a float32 sum that overflowed
-        total = float(np.add.reduce(values, dtype=np.float64))
+        with np.errstate(all="ignore"):  # +inf and -inf add up to NaN: no warning, the count below says it
+            total = float(np.add.reduce(values, dtype=np.float64))
     mean = total / size
     std = 0.0
     if size > 1:
