@@ -278,10 +278,12 @@ def test_planning_a_spectral_normed_weight_leaves_the_model_as_it_was(tmp_path):
         assert torch.equal(b, buffers[name]), name
 
 
-def test_a_resumed_run_files_the_iterations_before_its_first_call_under_their_own_steps(tmp_path):
+@pytest.mark.parametrize("call", ["before the step", "after the step"])
+def test_a_resumed_run_files_the_iterations_before_its_first_call_under_their_own_steps(tmp_path, call):
     """The README loop resumed from a checkpoint at step 16 calls take_graphs() first at 20: the
     iterations 16 to 19, counted at the optimizer's steps before any call named a step, are filed as
-    16 to 19, not as 0 to 3 over the earlier attempt's."""
+    16 to 19, not as 0 to 3 over the earlier attempt's; also when the call comes after the optimizer
+    step, which has counted step 20's iteration already (it was filed one step early, 15 to 19)."""
     def attempt(steps, seed):
         torch.manual_seed(seed)
         model = _mlp(nn.Linear(16, 16))
@@ -296,9 +298,11 @@ def test_a_resumed_run_files_the_iterations_before_its_first_call_under_their_ow
                 optimizer.zero_grad()
                 F.cross_entropy(model(_rows(generator)), torch.randint(0, 3, (16,), generator=generator)).backward()
                 norms[step] = model[0].weight.grad.norm().item()
-                if step % 10 == 0:
+                if step % 10 == 0 and call == "before the step":
                     xray.take_graphs(step)
                 optimizer.step()
+                if step % 10 == 0 and call == "after the step":
+                    xray.take_graphs(step)
         return norms
 
     first = attempt(range(0, 25), seed=0)

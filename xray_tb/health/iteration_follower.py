@@ -134,9 +134,11 @@ class IterationFollower:
 
     def _name_first(self, step: int) -> None:
         """The first call names a step: the iterations counted before it, filed from the first step on,
-        were the ones right before it (a resumed run's first steps, 36 to 39 before take_graphs(40))."""
+        were the ones right before it (a resumed run's first steps, 36 to 39 before take_graphs(40)). A call
+        made after the optimizer step that counted its backward names that iteration, the latest counted."""
         counted, self._provisional = self._provisional, None
-        delta = step - counted - self._first_step
+        named = counted if self._fresh or not self._backward_seen else counted - 1  # the iteration the call names
+        delta = step - named - self._first_step
         if counted and delta > 0 and self._on_renumber is not None and self._on_renumber(delta):
             self._last = None if self._last is None else self._last + delta
 
