@@ -224,9 +224,10 @@ def test_a_step_written_twice_is_listed_once_in_records(tmp_path):
         assert xray.records() == {"0": {"weight_grad": [0, 1, 2]}} == open_run(tmp_path).records()
 
 
-def _scaled_loop(tmp_path, steps: int, overflow=(), nan_from=None, plant=None):
+def _scaled_loop(tmp_path, steps: int, overflow=(), nan_from=None, plant=None, call="before the step"):
     """A GradScaler loop with take_graphs() every step, after unscale_ and before scaler.step (the
-    documented AMP order); ``overflow`` steps overflow the scaled backward, which the scaler skips."""
+    documented AMP order), or after scaler.update(); ``overflow`` steps overflow the scaled backward,
+    which the scaler skips."""
     model, optimizer = small_model()
     scaler = torch.amp.GradScaler("cpu")
     skipped = []
@@ -242,31 +243,36 @@ def _scaled_loop(tmp_path, steps: int, overflow=(), nan_from=None, plant=None):
                 loss = loss * math.nan
             scaler.scale(loss).backward()
             scaler.unscale_(optimizer)
-            xray.take_graphs(step)
+            if call == "before the step":
+                xray.take_graphs(step)
             scale = scaler.get_scale()
             scaler.step(optimizer)
             scaler.update()
+            if call == "after the step":
+                xray.take_graphs(step)
             if scaler.get_scale() < scale:
                 skipped.append(step)
         return xray.first_nonfinite, skipped
 
 
-def test_an_overflow_the_grad_scaler_skips_is_no_iteration_and_no_nonfinite_value(tmp_path):
-    found, skipped = _scaled_loop(tmp_path, 30, overflow=(5, 6, 20))
+@pytest.mark.parametrize("call", ["before the step", "after the step"])
+def test_an_overflow_the_grad_scaler_skips_is_no_iteration_and_no_nonfinite_value(tmp_path, call):
+    found, skipped = _scaled_loop(tmp_path, 30, overflow=(5, 6, 20), call=call)
     assert skipped == [5, 6, 20] and found is None
     steps = open_run(tmp_path).health("grad_l2")[1].tolist()
     assert steps == [s for s in range(30) if s not in skipped]
 
 
-def test_under_a_grad_scaler_a_nan_weight_and_a_loss_that_stays_nan_are_still_found(tmp_path):
+@pytest.mark.parametrize("call", ["before the step", "after the step"])
+def test_under_a_grad_scaler_a_nan_weight_and_a_loss_that_stays_nan_are_still_found(tmp_path, call):
     def plant(step, model):
         if step == 17:
             with torch.no_grad():
                 model[2].weight[1, 1] = math.nan
 
-    assert _scaled_loop(tmp_path / "weight", 25, plant=plant)[0] == NonFinite(step=17, layer="2", kind="weight")
+    assert _scaled_loop(tmp_path / "weight", 25, plant=plant, call=call)[0] == NonFinite(step=17, layer="2", kind="weight")
     # every step skipped from 31 on: past the scaler's reach, the first of them is reported
-    assert _scaled_loop(tmp_path / "loss", 31 + 30, nan_from=31)[0] == NonFinite(step=31, layer="2", kind="weight_grad")
+    assert _scaled_loop(tmp_path / "loss", 31 + 30, nan_from=31, call=call)[0] == NonFinite(step=31, layer="2", kind="weight_grad")
 
 
 def test_a_finite_step_the_loop_skips_stands_spike_and_all(tmp_path):
@@ -288,9 +294,12 @@ def test_a_finite_step_the_loop_skips_stands_spike_and_all(tmp_path):
     np.testing.assert_allclose(values[layers.index("2")], [norms[s] for s in range(12)], rtol=1e-5)
 
 
-def test_a_step_the_loop_skips_on_a_nan_loss_keeps_the_nan(tmp_path):
+@pytest.mark.parametrize("call", ["before the step", "after the step"])
+def test_a_step_the_loop_skips_on_a_nan_loss_keeps_the_nan(tmp_path, call):
     """No GradScaler: a loop that skips optimizer.step() when the loss is NaN (a guard), with a NaN in the
-    data at step 15 only: the NaN is reported at 15 (only a scaler's overflow is withdrawn). Captures
+    data at step 15 only: the NaN is reported at 15 (only a scaler's overflow is withdrawn), whichever
+    of take_graphs(step) and the guarded step comes first (after the step, the call was left to count
+    at the next optimizer step, with the next backward's gradients, and the NaN was lost). Captures
     every 10 steps, so that only the sentinel sees step 15, not the output checks of a capture."""
     model, optimizer = small_model()
     with Xray(model, torch.randn(4, 8), logdir=str(tmp_path), every=10, health=HealthOptions(every=1)) as xray:
@@ -301,7 +310,10 @@ def test_a_step_the_loop_skips_on_a_nan_loss_keeps_the_nan(tmp_path):
                 x[0, 0] = math.nan
             loss = F.cross_entropy(model(x), torch.randint(0, 4, (4,)))
             loss.backward()
-            xray.take_graphs(step)
+            if call == "before the step":
+                xray.take_graphs(step)
             if torch.isfinite(loss):
                 optimizer.step()
-        assert xray.first_nonfinite is not None and xray.first_nonfinite.step == 15
+            if call == "after the step":
+                xray.take_graphs(step)
+        assert xray.first_nonfinite == NonFinite(step=15, layer="2", kind="weight_grad")

@@ -70,6 +70,9 @@ class IterationFollower:
         self._fresh = False  # a backward ran since the last iteration was counted
         self._uncounted = 0  # backwards since then that no iteration counted
         self._defer = True  # a call leaves the count to the optimizer step that follows it
+        # The loop calls take_graphs() after its optimizer steps: a call that finds its backward uncounted
+        # then follows a step that did not run (a guard against a NaN loss, a scaler's overflow), and counts it.
+        self._after_steps = False
         self._uncounted_calls = 0  # take_graphs() calls that found uncounted backwards, no optimizer followed
         self._on_replaced = on_replaced
         self._on_renumber = on_renumber
@@ -99,12 +102,13 @@ class IterationFollower:
         if self._marker is not None and not self._marker.requires_grad:  # frozen since: this backward missed it
             self._fresh = self._remark() or self._fresh
         if not self._fresh:
+            self._after_steps = self._backward_seen and self._followed is not None  # the step counted it already
             return False
         if self._uncounted and self._followed is None and self._candidate is not None and self._candidate() is not None:
             self._follow_candidate()  # the optimizers that step hold no marker: follow the one that steps the model
         if self._pending is not None:  # calls come more often than optimizer steps (accumulation): each counts
             self._defer = False
-        if self._defer and self._followed is not None and self._followed() is not None:
+        if self._defer and not self._after_steps and self._followed is not None and self._followed() is not None:
             self._pending = step  # counted at the optimizer step, with the gradients it applies
             return False
         if self._uncounted and self._followed is None:
@@ -246,6 +250,7 @@ class IterationFollower:
         if not self._follows(optimizer):
             return
         step = self._pending if self._pending is not None else self._first_step if self._last is None else self._last + 1
+        self._after_steps = self._after_steps and self._pending is None
         self._fresh, self._pending, self._uncounted = False, None, 0
         if self._provisional is not None:
             self._provisional += 1
