@@ -215,6 +215,29 @@ def test_parameters_replaced_by_load_state_dict_with_assign_are_found_again(tmp_
     assert open_run(tmp_path).health("grad_l2")[1].tolist()[:27] == list(range(27))
 
 
+def test_with_optimizer_a_checkpoint_loaded_with_assign_is_checked_from_its_first_iteration(tmp_path):
+    """optimizer= and take_graphs() every step: a checkpoint holding a NaN, loaded with
+    load_state_dict(..., assign=True), the optimizer pointed at the new parameters before zero_grad (the
+    replaced ones keep their last gradient, which nobody resets). The new parameters are checked from the
+    next iteration on (the old ones were checked until a capture's output checks saw the NaN, at 20)."""
+    torch.manual_seed(0)
+    model = _mlp(nn.Linear(16, 16))
+    generator = torch.Generator().manual_seed(0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    with Xray(model, _rows(generator), logdir=str(tmp_path), every=10, optimizer=optimizer) as xray:
+        for step in range(30):
+            if step == 17:
+                saved = {k: v.clone() for k, v in model.state_dict().items()}
+                saved["2.weight"][1, 2] = math.nan
+                model.load_state_dict(saved, assign=True)
+                optimizer.param_groups[0]["params"] = list(model.parameters())
+            optimizer.zero_grad()
+            F.cross_entropy(model(_rows(generator)), torch.randint(0, 3, (16,), generator=generator)).backward()
+            xray.take_graphs()
+            optimizer.step()
+        assert xray.first_nonfinite == NonFinite(step=17, layer="2", kind="weight")
+
+
 @pytest.mark.parametrize("remove", [False, True])
 def test_pruning_mid_run_keeps_every_iteration_checked(tmp_path, remove):
     """prune() renames the weight to weight_orig (or, with remove=True, makes a new parameter): the

@@ -28,6 +28,7 @@ from xray_tb.health.findings import Finding, NonFinite
 from xray_tb.health.options import HealthOptions, budget_for
 from xray_tb.health.pacing import Pacer
 from xray_tb.health.pieces import LayerPieces
+from xray_tb.health.reloads import LoadWatch
 from xray_tb.health.rules import make_rules
 from xray_tb.health.scope import Scope
 from xray_tb.health.sentinel import NonFiniteSentinel
@@ -81,6 +82,7 @@ class HealthMonitor:
         self._iterations = self._measured = 0
         self._held: Optional[int] = None  # an iteration waiting for its optimizer step
         self._grads_seen = False  # the last iteration had a gradient
+        self._loads = LoadWatch(model)  # parameters a checkpoint replaced are found at the next iteration
         self.on_weights_changed: Optional[Callable[[], None]] = None  # called once the weights were found again
         self._vectors: list[tuple[int, float, dict[str, tuple[list[str], list[Optional[torch.Tensor]]]]]] = []
         self._rebuild_buffers()
@@ -100,11 +102,11 @@ class HealthMonitor:
         self._recorder.claim()  # the thread that trains is the one whose forwards are kept
         weights = self._weights
         grads = [weight.grad for weight in weights]
-        if all(grad is None for grad in grads):  # stops at the first gradient: one test per iteration in training
-            if self._grads_seen and self.refresh_weights():
+        if self._loads.loaded or all(grad is None for grad in grads):  # stops at the first gradient: one test per iteration
+            if (self._loads.take() or self._grads_seen) and self.refresh_weights():
                 weights = self._weights
                 grads = [weight.grad for weight in weights]
-            self._grads_seen = False
+            self._grads_seen = any(grad is not None for grad in grads)
         else:
             self._grads_seen = True
         if weights and self._shards is not None:  # each rank reduces its own shards; a measured row is combined
@@ -297,5 +299,6 @@ class HealthMonitor:
         finally:
             self._recorder.remove()
             self._sentinel.remove()
+            self._loads.remove()
             self._writer.sink = None
 
