@@ -240,3 +240,22 @@ def test_a_second_xray_that_fails_to_build_leaves_the_first_recording(model, tmp
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # closed first: nothing to say
         Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path / "next"), plan={"fc1": {"output": True}}, every=1).close()
+
+
+def test_a_step_captured_again_without_a_step_number_says_why_not_a_step_the_user_never_passed(tmp_path):
+    """optimizer= counts optimizer steps: a skipped step makes take_graphs() capture the same step twice,
+    and the warning says so, without naming a take_graphs(step=...) call the user never made."""
+    model = nn.Sequential(nn.Linear(4, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with Xray(model, torch.randn(2, 4), logdir=str(tmp_path), every=1, optimizer=optimizer) as xray:
+            for step in range(3):
+                optimizer.zero_grad()
+                model(torch.randn(2, 4)).sum().backward()
+                xray.take_graphs()
+                if step != 1:
+                    optimizer.step()  # step 1 skipped: the next call captures step 1 again
+    messages = [str(w.message) for w in caught if "again" in str(w.message)]
+    assert len(messages) == 1 and messages[0].startswith("take_graphs() captured step 1 again after step 1")
+    assert "optimizer steps" in messages[0] and "take_graphs(step=" not in messages[0]

@@ -52,6 +52,16 @@ def _delegate(part: str, method: Callable) -> Callable:
 DEFAULT_BUDGET_BYTES = 16 * 2**20
 
 
+def _repeated_step(step: int, last_step: int, given: bool, counted_by_optimizer: bool) -> str:
+    """The warning for a capture filed at or before the last one (TensorBoard keeps one frame per step)."""
+    if given:
+        return f"take_graphs(step={step}) after step {last_step}: TensorBoard keeps one frame per step, steps should increase"
+    counted = "optimizer steps (optimizer=)" if counted_by_optimizer else "take_graphs() calls"
+    return (f"take_graphs() captured step {step} again after step {last_step}: Xray counts {counted}, and none was counted "
+            "since the last capture (a skipped optimizer step, or several calls per optimizer step); TensorBoard keeps the "
+            "last frame of a step. Pass the step yourself, take_graphs(step), to file captures under your own numbering")
+
+
 class Xray:
     """Records weights, outputs, activations and gradients of a model's layers for TensorBoard.
 
@@ -246,6 +256,7 @@ class Xray:
         if step is not None:
             step = arguments.step(step)  # refused before anything changes
         recording.recorder.claim()  # the thread that calls take_graphs() trains
+        given = step is not None
         counted_by_optimizer = recording.counts_optimizer_steps
         last_step = self._readback.last_step
         if step is None:  # without optimizer=: the iteration this call follows, where health counted those between calls
@@ -281,7 +292,7 @@ class Xray:
                         raise ValueError("take_graphs(probe=True) needs a probe batch: Xray(..., probe=(x, y), loss_fn=...)")
                     capturer.run_probe()
                 if last_step is not None and step <= last_step:
-                    capturer.warn_once("step", f"take_graphs(step={step}) after step {last_step}: TensorBoard keeps one frame per step, steps should increase")
+                    capturer.warn_once("step", _repeated_step(step, last_step, given, counted_by_optimizer))
                 self.last_report, frames = capturer.record(step)
                 self._readback.remember(step, frames)
                 self._health.capture(step, list(capturer.plan))
