@@ -19,8 +19,9 @@ of a health step.
   in gloo itself, so the rank that raised can exit.
 * Health steps follow the activation schedule (``HealthOptions(activations=)``, else Xray's ``every=``),
   a function of the step: every rank reaches the same health steps when every rank calls
-  ``take_graphs()`` (or steps its optimizer) the same number of times. The gathered vector starts with the
-  step; ranks that disagree raise :class:`DistributedMismatch` on every rank, and a rank left waiting
+  ``take_graphs()`` (or steps its optimizer) the same number of times. The gathered vector starts with a
+  head (the step, the length, the kind of gather and a fingerprint of the measured layers); ranks whose
+  heads differ raise :class:`DistributedMismatch` on every rank, and a rank left waiting
   alone (another one stopped calling) raises it after ``collective_timeout`` seconds. Under DDP nothing
   else Xray does issues a collective: not the pacing of the per-iteration statistics (decided per rank,
   from its own timing, and harmless since they need no collective), not a flush, not ``close()``.
@@ -36,8 +37,10 @@ of a health step.
 from __future__ import annotations
 
 import datetime
+import functools
 import warnings
 import weakref
+import zlib
 from typing import Optional, Union
 
 import torch
@@ -129,36 +132,33 @@ class Group:
             return None
         return cls(timeout, ddp)
 
-    def gather(self, step: int, parts: torch.Tensor, what: str = "health") -> torch.Tensor:
+    def gather(self, step: int, parts: torch.Tensor, what: str = "health", fingerprint: int = 0) -> torch.Tensor:
         """Every rank's ``parts`` (1-D), one row per rank, on ``parts``'s device.
 
-        One ``all_gather`` of a vector of a size every rank agrees on: the step, this rank's length and
+        One ``all_gather`` of a vector of a size every rank agrees on: a head (the step, this rank's
+        length, a code of ``what`` and ``fingerprint``, a 32-bit checksum of what ``parts`` holds) and
         ``parts`` padded (or cut) to that size, so ranks with different lengths never send buffers of
         different sizes (gloo aborts on those). When every rank's length outgrew the size (the first
         health step, a statistic added), every rank sees it and gathers once more at the new size.
-        Each kind of gather (``what``: health, iteration, capture) agrees on its own size.
-        Raises :class:`DistributedMismatch` when the ranks are at different steps or have
-        different lengths, or when the others do not come within the timeout."""
+        Each kind of gather (``what``: health, iteration, capture, ...) agrees on its own size.
+        Raises :class:`DistributedMismatch` when the heads differ (gathers of different kinds, steps,
+        lengths or fingerprints), or when the others do not come within the timeout."""
         self._warn_about_join()
         length = parts.numel()
-        head = torch.tensor([float(step), float(length)], dtype=torch.float64, device=parts.device)
+        head = torch.tensor([float(step), float(length), float(_code(what)), float(fingerprint)],
+                            dtype=torch.float64, device=parts.device)
         while True:
             size = self._sizes.get(what, 0)
             payload = parts.to(torch.float64)[:size]
             if length < size:
                 payload = torch.cat([payload, payload.new_zeros(size - length)])
             gathered = self._all_gather(torch.cat([head, payload]), step, what).to(parts.device)
-            heads = gathered[:, :2].tolist()
+            heads = [tuple(map(int, row)) for row in gathered[:, :HEAD].tolist()]
             if any(other != heads[self.rank] for other in heads):
                 self.failed = True
-                where = ", ".join(f"rank {k} at step {int(s)} ({int(n)} values)" for k, (s, n) in enumerate(heads))
-                raise DistributedMismatch(
-                    f"the ranks are at different {what} steps, or measured different layers: {where}. Every rank must "
-                    "call take_graphs() (or step its optimizer) the same number of times, with the same step numbers, "
-                    "on the same model"
-                )
+                raise DistributedMismatch(_disagreement(what, heads))
             if length <= size:
-                return gathered[:, 2:2 + length]
+                return gathered[:, HEAD:HEAD + length]
             self._sizes[what] = length
 
     def _warn_about_join(self) -> None:
@@ -191,6 +191,38 @@ class Group:
         )
 
 
+#: The values that start every gathered row: step, length, kind of gather, fingerprint.
+HEAD = 4
+
+#: The kinds of gather, by the code their heads carry (a CRC32: exact in float64).
+KINDS = ("construction", "health", "iteration", "capture", "scores", "close")
+
+
+def _code(what: str) -> int:
+    return zlib.crc32(what.encode())
+
+
+@functools.lru_cache(maxsize=16)  # the same layers and lengths at most health steps
+def fingerprint(*items) -> int:
+    """A 32-bit checksum of ``items`` (tuples of names and lengths: their ``repr``), for :meth:`Group.gather`."""
+    return zlib.crc32(repr(items).encode())
+
+
+def _disagreement(what: str, heads: list[tuple[int, ...]]) -> str:
+    """Why the ranks' heads (step, length, kind, fingerprint) differ, naming each rank's."""
+    names = {_code(kind): kind for kind in KINDS}
+    where = ", ".join(f"rank {k} at step {s} ({n} values, {names.get(c, c)} gather, fingerprint {f:08x})"
+                      for k, (s, n, c, f) in enumerate(heads))
+    if len({head[2] for head in heads}) > 1:
+        return (f"the ranks' Xray collectives are out of step (gathers of different kinds met): {where}. Every rank "
+                "must make the same take_graphs() calls (and optimizer steps), captures and close()")
+    if len({head[0] for head in heads}) > 1:
+        return (f"the ranks are at different {what} steps: {where}. Every rank must call take_graphs() (or step its "
+                "optimizer) the same number of times, with the same step numbers, on the same model")
+    return (f"the ranks measured different layers (or parts of different sizes) at a {what} gather: {where}. Every "
+            "rank must run the same layers of the same model (no branch taken on some ranks only)")
+
+
 def combine_activations(group: Group, step: int, families: list, values: list, checks: dict[str, list],
                         nan: torch.Tensor) -> list[Optional[dict]]:
     """A health step's activation statistics over every rank's batch, with one :meth:`Group.gather`.
@@ -198,13 +230,18 @@ def combine_activations(group: Group, step: int, families: list, values: list, c
     ``families`` are the monitor's activation families: each one's :meth:`share` of ``values`` is packed,
     with the non-finite ``checks`` (``{column: [flag or None per layer]}``, made global in place: a value
     non-finite on any rank is non-finite); the columns of each family that shares are computed from
-    every rank's part, and None is returned for the others (computed per rank by the monitor).
+    every rank's part, and None is returned for the others (computed per rank by the monitor). The
+    gather's fingerprint covers the measured layers' names and each part's length: ranks that measured
+    different layers raise :class:`DistributedMismatch`, even when their parts have the same sizes.
     """
     device = nan.device
     parts = [family.share(values) for family in families]
     flags = [flag for column in checks.values() for flag in column]
     encoded = torch.tensor([-1.0 if flag is None else float(flag) for flag in flags], dtype=torch.float64, device=device)
-    gathered = group.gather(step, torch.cat([*(part.to(device) for part in parts if part is not None), encoded]))
+    measured = tuple(value.layer.name for value in values if value.activation is not None)
+    lengths = tuple(-1 if part is None else part.numel() for part in parts)
+    gathered = group.gather(step, torch.cat([*(part.to(device) for part in parts if part is not None), encoded]),
+                            fingerprint=fingerprint(measured, lengths, len(flags)))
     results, start = [], 0
     for family, part in zip(families, parts):
         if part is None:

@@ -7,7 +7,8 @@
   it out: ``Shard(0)`` on some mesh dimensions (in mesh order, chunked like ``torch.chunk``) and
   ``Replicate`` on the others (HSDP); a replicated row is taken from the rank at coordinate 0 of those
   dimensions. Other layouts (sharded along another axis, strided, partial) are refused with
-  :class:`UnsupportedLayout`, so no rank guesses.
+  :class:`UnsupportedLayout`, so no rank guesses. :func:`owners` gives the ranks whose shards make up a
+  DTensor once each (health adds up their statistics, not the replicas').
 * :func:`type_name` is a module's class name as its author wrote it: ``fully_shard`` swaps a module's
   class for a subclass named ``FSDP<Class>``, which would hide a sharded ``Linear`` from everything
   keyed on layer types (the drafted plan, health's scope, selectors).
@@ -74,16 +75,7 @@ def row_parts(tensor: torch.Tensor) -> dict[int, tuple[int, int]]:
         if not (type(placement) is Replicate or (type(placement) is Shard and placement.dim == 0)):
             raise UnsupportedLayout(f"Xray gathers the rows of DTensors sharded along their first axis only, not {placements}")
     rows = tensor.shape[0] if tensor.dim() else 1
-    layout = mesh.mesh.tolist()
-    replicated = [dim for dim, placement in enumerate(placements) if type(placement) is Replicate]
-    parts: dict[int, tuple[int, int]] = {}
-    for coordinate in _coordinates(mesh.mesh.shape):
-        if any(coordinate[dim] for dim in replicated):
-            continue  # a replica: its rows are contributed by coordinate 0 of the replicated dimensions
-        rank = layout
-        for index in coordinate:
-            rank = rank[index]
-        parts[int(rank)] = _range_at(coordinate, placements, mesh, rows)
+    parts = {rank: _range_at(coordinate, placements, mesh, rows) for rank, coordinate in _owners(mesh, placements)}
     mine = mesh.get_coordinate()
     if mine is not None and tensor.dim():
         held = tensor.to_local().shape[0]
@@ -92,6 +84,29 @@ def row_parts(tensor: torch.Tensor) -> dict[int, tuple[int, int]]:
             raise UnsupportedLayout(f"this rank holds {held} rows of a {tuple(tensor.shape)} DTensor, not the {stop - start} "
                                     f"that chunking gives it ({placements})")
     return parts
+
+
+def owners(tensor: Optional[torch.Tensor]) -> Optional[frozenset[int]]:
+    """The global ranks whose shards of ``tensor`` make it up once each, replicas left out (HSDP: the
+    ranks at coordinate 0 of the ``Replicate`` mesh dimensions); None for a tensor that is no DTensor."""
+    if not is_sharded(tensor):
+        return None
+    return frozenset(rank for rank, _ in _owners(tensor.device_mesh, tensor.placements))
+
+
+def _owners(mesh, placements) -> Iterator[tuple[int, list[int]]]:
+    """``(global rank, mesh coordinate)`` of each rank not holding a replica of another's shard."""
+    from torch.distributed.tensor import Replicate
+
+    layout = mesh.mesh.tolist()
+    replicated = [dim for dim, placement in enumerate(placements) if type(placement) is Replicate]
+    for coordinate in _coordinates(mesh.mesh.shape):
+        if any(coordinate[dim] for dim in replicated):
+            continue  # a replica: its rows are contributed by coordinate 0 of the replicated dimensions
+        rank = layout
+        for index in coordinate:
+            rank = rank[index]
+        yield int(rank), coordinate
 
 
 def _range_at(coordinate: list[int], placements, mesh, rows: int) -> tuple[int, int]:

@@ -56,3 +56,19 @@ def test_half_precision_norms_accumulate_in_float32():
     big = [torch.full((100_000,), 10.0, dtype=torch.float16), torch.full((10,), 2.0, dtype=torch.bfloat16)]
     assert [float(v) for v in reductions.norms(big, 1)] == [1_000_000.0, 20.0]
     assert all(v.dtype == torch.float32 for v in reductions.norms(big, 2))
+
+
+def test_an_empty_tensor_gives_zero_for_every_reduction():
+    # An FSDP rank's shard of a layer with fewer rows than ranks has no rows: 0 combines with the other
+    # ranks' values (sums, norms, and absolute maxima by max), where a maximum alone has no identity.
+    full, empty = torch.tensor([[3.0, -4.0]]), torch.zeros(0, 2)
+    for members in ([empty, full, empty], [empty], [empty.half(), full.half()]):
+        expected = [0.0 if t.numel() == 0 else None for t in members]
+        for what, values in (("l1", reductions.norms(members, 1)), ("l2", reductions.norms(members, 2)),
+                             ("absmax", reductions.norms(members, math.inf)),
+                             ("absmax", reductions.abs_maxima(members)),
+                             ("absmax", reductions.stacked_norms(members, math.inf).unbind()),
+                             ("sum", reductions.SignedSums()(members)),
+                             ("sum", reductions._ChunkPlan(members).sums(members))):  # the GPU path, on a CPU
+            got = [float(value) for value in values]
+            assert got == [float(reference(t, what)) if e is None else e for t, e in zip(members, expected)], what

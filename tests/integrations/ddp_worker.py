@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from xray_tb import Xray
-from xray_tb.distributed import DistributedMismatch
+from xray_tb.distributed import DistributedMismatch, Group
 from xray_tb.health import HealthOptions
 
 WORLD = 2
@@ -35,14 +35,18 @@ def mlp() -> nn.Module:
 
 
 class Branches(nn.Module):
+    """Three layers of the same size; ``skip`` names one the forward leaves out."""
+
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
-        self.a, self.b, self.skip = nn.Linear(4, 4), nn.Linear(4, 4), False
+        self.a, self.b, self.c, self.skip = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4), None
 
     def forward(self, x):
         x = torch.relu(self.a(x))
-        return x if self.skip else torch.relu(self.b(x))
+        for name in ("b", "c"):
+            x = x if self.skip == name else torch.relu(getattr(self, name)(x))
+        return x
 
 
 def gated() -> nn.Module:
@@ -116,16 +120,47 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
                 xray.take_graphs()
                 optimizer.step()
             result["dead"] = xray.dead_units()
-        elif case == "layers":  # after tracing, rank 1's forward skips a layer
+        elif case in ("layers", "same_size_layers"):  # after tracing, rank 1's forward skips c (and rank 0's b)
             model = Branches()
             ddp = DistributedDataParallel(model, find_unused_parameters=True)
             x, y = (part[rank::WORLD] for part in full_batch())
             xray = Xray(ddp, x, logdir=logdir, every=1, collective_timeout=10)
-            model.skip = rank == 1
+            model.skip = "c" if rank == 1 else "b" if case == "same_size_layers" else None
+            start = time.monotonic()
             try:
                 train(ddp, xray, x, y[:, :1].expand(-1, 4), 2)
             except DistributedMismatch as error:
                 result["error"] = str(error)
+            result["seconds"] = time.monotonic() - start
+        elif case == "kinds":  # gathers of different kinds meet, of the same step and size (a rank skipped one)
+            group = Group(datetime.timedelta(seconds=10))
+            start = time.monotonic()
+            try:
+                group.gather(3, torch.ones(2), what="iteration" if rank == 0 else "capture")
+            except DistributedMismatch as error:
+                result["error"] = str(error)
+            result["seconds"] = time.monotonic() - start
+            finish(logdir, result)
+        elif case == "health_fails":  # a statistic fails on rank 1 only, at step 1: it must not skip a collective
+            ddp = DistributedDataParallel(mlp())
+            x, y = (part[rank::WORLD] for part in full_batch())
+            xray = Xray(ddp, x, logdir=logdir, every=1, health=HealthOptions(every=1), collective_timeout=10)
+            state = {"step": 0}
+
+            def fragile(tensor):
+                if rank == 1 and state["step"] == 1:
+                    raise ValueError("a user statistic failed")
+                return float(tensor.abs().sum())
+
+            xray.add_statistic("fragile", fragile)
+            start = time.monotonic()
+            try:
+                for step in range(3):
+                    state["step"] = step
+                    train(ddp, xray, x, y, 1, offset=step)
+            except DistributedMismatch as error:
+                result["error"] = str(error)
+            result["seconds"] = time.monotonic() - start
         elif case == "nonfinite":  # rank 1's second batch holds a NaN
             ddp = DistributedDataParallel(mlp())
             x, y = (part[rank::WORLD] for part in full_batch())

@@ -15,6 +15,7 @@ import warnings
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.debug import CommDebugMode
 
@@ -24,17 +25,27 @@ from xray_tb.capture.selectors import RandomFilters, TopVariance
 from xray_tb.distributed import DistributedMismatch
 from xray_tb.health import HealthOptions
 
-def mlp() -> nn.Module:
-    """Uneven shards: 7 rows split 4 + 3, 3 rows split 2 + 1."""
+#: Layer 2's rows (the model's outputs) per case: one row leaves rank 1 an empty shard.
+OUTPUTS = {"empty_shard": 1}
+
+
+def mlp(outputs: int = 3) -> nn.Module:
+    """Uneven shards: 7 rows split 4 + 3, 3 rows split 2 + 1 (1 row: 1 + 0)."""
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(4, 7), nn.ReLU(), nn.Linear(7, 3))
+    return nn.Sequential(nn.Linear(4, 7), nn.ReLU(), nn.Linear(7, outputs))
 
 
-def shard(model: nn.Module, root_only: bool = False) -> nn.Module:
+def targets(y: torch.Tensor, outputs: int = 3) -> torch.Tensor:
+    return torch.cat([y, y[:, :1]], dim=1)[:, :outputs]
+
+
+def shard(model: nn.Module, root_only: bool = False, hsdp: bool = False) -> nn.Module:
+    """``fully_shard`` per layer and at the root; ``hsdp``: on a 2 x 1 mesh (replicate x shard)."""
+    mesh = init_device_mesh("cpu", (WORLD, 1), mesh_dim_names=("replicate", "shard")) if hsdp else None
     if not root_only:
         for layer in (model[0], model[2]):
-            fully_shard(layer)
-    fully_shard(model)
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     return model
 
 
@@ -89,10 +100,11 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=30))
     result: dict = {"rank": rank, "steps": []}
     x, y = (part[rank::WORLD] for part in full_batch())
-    y = torch.cat([y, y[:, :1]], dim=1)  # three outputs
+    outputs = OUTPUTS.get(case, 3)
+    y = targets(y, outputs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = shard(mlp(), root_only=case == "root")
+        model = shard(mlp(outputs), root_only=case == "root", hsdp=case == "hsdp")
         plan = {"0": {"weight": True, "weight_grad": True, "activation": True}, "2": {"weight": True, "weight_grad": True}}
         options = {"ranks": "all"} if case == "all" else {}
         # nonfinite: iterations 0, 1 and 3 are measured (1 for the update ratio), the NaN comes at 2.

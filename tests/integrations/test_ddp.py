@@ -153,9 +153,35 @@ def test_ranks_at_different_steps_raise_on_every_rank(tmp_path):
         assert "different health steps" in result["error"] and "rank 1 at step 1" in result["error"]
 
 
-def test_ranks_that_measured_different_layers_raise_on_every_rank(tmp_path):
-    # Rank 1's forward skips a layer: its part of the health step is shorter. The ranks agree on the
-    # size they send, so neither aborts on a buffer of the wrong size: both raise.
-    results = run_ranks("layers", tmp_path)
+@pytest.mark.parametrize("case", ["layers", "same_size_layers"])
+def test_ranks_that_measured_different_layers_raise_on_every_rank(tmp_path, case):
+    # layers: rank 1's forward skips a layer, so its part of the health step is shorter. The ranks agree
+    # on the size they send, so neither aborts on a buffer of the wrong size: both raise. same_size_layers:
+    # rank 0 skips b and rank 1 skips c, of the same size: the parts' sizes agree, their fingerprints do not.
+    results = run_ranks(case, tmp_path)
     for result in results:
         assert "measured different layers" in result["error"] and "rank 1 at step 0" in result["error"]
+        assert result["seconds"] < 5  # at once, not after the timeout (10 s)
+    fingerprints = re.findall(r"fingerprint ([0-9a-f]{8})", results[0]["error"])
+    assert len(fingerprints) == 2 and len(set(fingerprints)) == 2
+
+
+def test_training_health_failing_on_one_rank_stops_that_rank_and_the_others_without_a_hang(tmp_path):
+    # A user statistic raises on rank 1 at step 1: skipping health there would leave rank 0 waiting in the
+    # health step's gather, so rank 1 raises DistributedMismatch naming the error, and rank 0's gather fails.
+    results = run_ranks("health_fails", tmp_path)
+    assert "rank 1: training health failed at step 1 (ValueError: a user statistic failed)" in results[1]["error"]
+    assert "health=False" in results[1]["error"]
+    assert results[0]["error"]  # its step 1 gather: the peer raised instead of joining
+    assert all(result["seconds"] < 10 for result in results)  # before the collective timeout
+
+
+def test_gathers_of_different_kinds_that_meet_raise_on_every_rank(tmp_path):
+    # Rank 0 gathers for a measured iteration, rank 1 for a capture (as when a rank skipped a gather), of
+    # the same step and size: their heads' kinds differ, so neither combines the other's values.
+    results = run_ranks("kinds", tmp_path)
+    for result in results:
+        assert "gathers of different kinds met" in result["error"]
+        assert "rank 0 at step 3 (2 values, iteration gather" in result["error"]
+        assert "rank 1 at step 3 (2 values, capture gather" in result["error"]
+        assert result["seconds"] < 5  # at once, not after the timeout (10 s)

@@ -67,24 +67,44 @@ def test_no_rank_warns(zero):
     assert [result["warnings"] for result in results] == [[], []]
 
 
-def test_gradient_and_weight_statistics_equal_those_of_one_process_on_the_whole_batch(zero, tmp_path):
-    logdir, _ = zero
-    model = fsdp_worker.mlp()
+def assert_health_equals_one_process(logdir: Path, single_logdir: Path, outputs: int = 3) -> None:
+    """The run's gradient and weight statistics are those of one process training the whole model on the
+    whole batch."""
+    model = fsdp_worker.mlp(outputs)
     x, y = full_batch()
-    y = torch.cat([y, y[:, :1]], dim=1)
+    y = fsdp_worker.targets(y, outputs)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with Xray(model, x, logdir=str(tmp_path), every=1, health=HealthOptions(every=1, update_every=1)) as xray:
+    with Xray(model, x, logdir=str(single_logdir), every=1, health=HealthOptions(every=1, update_every=1)) as xray:
         for _ in range(3):
             optimizer.zero_grad()
             nn.MSELoss()(model(x), y).backward()
             xray.take_graphs()
             optimizer.step()
     for stat in ITERATION_STATS:
-        single_layers, single_steps, single, single_present = reading.series(str(tmp_path), stat)
+        single_layers, single_steps, single, single_present = reading.series(str(single_logdir), stat)
         layers, steps, values, present = reading.series(str(logdir), stat)
         assert layers == single_layers == ["0", "2"] and list(steps) == list(single_steps)
         assert (present == single_present).all() and present.any()
         np.testing.assert_allclose(values[present], single[present], rtol=1e-4, atol=1e-7, err_msg=stat)
+
+
+def test_gradient_and_weight_statistics_equal_those_of_one_process_on_the_whole_batch(zero, tmp_path):
+    assert_health_equals_one_process(zero[0], tmp_path)
+
+
+@pytest.mark.parametrize("case", ["empty_shard", "hsdp"])
+def test_norms_of_an_empty_shard_and_of_hsdp_replicas_are_the_full_tensors(tmp_path, case):
+    # empty_shard: layer 2 has one row, so rank 1's shard of it is empty (0 rows). hsdp: a 2 x 1 mesh
+    # (replicate x shard), each rank holds a replica of the whole weight, which must count once.
+    results = run_ranks(case, tmp_path / "ranks")
+    assert [result["warnings"] for result in results] == [[], []]
+    steps = results[0]["steps"]
+    assert_frames_are_the_selected_rows(tmp_path / "ranks", steps)
+    for stat, kind in (("weight_l2", "weight"), ("grad_l2", "weight_grad")):
+        layers, _, values, _ = reading.series(str(tmp_path / "ranks"), stat)
+        full = [[torch.tensor(step[layer][kind]).norm().item() for step in steps] for layer in layers]
+        np.testing.assert_allclose(values, full, rtol=1e-5, err_msg=stat)
+    assert_health_equals_one_process(tmp_path / "ranks", tmp_path / "single", fsdp_worker.OUTPUTS.get(case, 3))
 
 
 def test_every_collective_of_captures_and_health_is_xrays_own(zero):
@@ -187,7 +207,7 @@ def test_one_process_reports_a_nan_after_the_last_measured_iteration_at_close(tm
     # 2's weight and 4 to 6 of layer 0's).
     model = fsdp_worker.mlp()
     x, y = full_batch()
-    y = torch.cat([y, y[:, :1]], dim=1)
+    y = fsdp_worker.targets(y)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     xray = Xray(model, x, logdir=str(tmp_path), every=1, health=HealthOptions(every=10))
     for step in range(4):

@@ -7,7 +7,9 @@ buffer of at most :data:`CHUNK` values, chunk by chunk, and summed per tensor wi
 ``segment_reduce`` per chunk; nothing the size of the tensors is allocated per call. On a CPU, where
 a kernel launch is a function call and ``sum`` runs at memory speed, each tensor is summed directly.
 
-Every function returns one 0-d tensor per input tensor, on the tensors' device, in input order.
+Every function returns one 0-d tensor per input tensor, on the tensors' device, in input order. An
+empty tensor (an FSDP rank's shard of a layer with fewer rows than ranks) gives 0: the identity of a
+sum and of a norm, and of an absolute maximum combined with others by ``max``.
 """
 
 from __future__ import annotations
@@ -46,8 +48,22 @@ def _per_group(tensors: list[torch.Tensor], reduce) -> list[torch.Tensor]:
 def _norms(members: list[torch.Tensor], ord: float) -> list[torch.Tensor]:
     """One multi-tensor norm of one group, accumulated and returned in float32 for half types (a
     float16 L1 norm overflows at 65,504)."""
-    wide = members[0].dtype in (torch.float16, torch.bfloat16)
-    return list(torch._foreach_norm(members, ord, dtype=torch.float32) if wide else torch._foreach_norm(members, ord))
+    dtype = torch.float32 if members[0].dtype in (torch.float16, torch.bfloat16) else None
+    return _empty_as_zero(members, lambda full: list(torch._foreach_norm(full, ord, dtype=dtype)), dtype or members[0].dtype)
+
+
+def _empty_as_zero(members: list[torch.Tensor], reduce, dtype: torch.dtype) -> list[torch.Tensor]:
+    """``reduce(members)``, with 0 (of ``dtype``) for the empty members when ``reduce`` refuses them (a
+    maximum has no identity). Only a refusal costs a look at each member's size."""
+    try:
+        return reduce(members)
+    except RuntimeError:
+        if all(t.numel() for t in members):
+            raise
+    full = [t for t in members if t.numel()]
+    values = iter(reduce(full) if full else ())
+    zero = torch.zeros((), dtype=dtype, device=members[0].device)
+    return [next(values) if t.numel() else zero for t in members]
 
 
 def norms(tensors: list[torch.Tensor], ord: float) -> list[torch.Tensor]:
@@ -86,11 +102,15 @@ def abs_maxima(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     def reduce(members: list[torch.Tensor]) -> list[torch.Tensor]:
         if members[0].device.type != "cpu":
             return _norms(members, math.inf)
-        # On a CPU the inf-norm kernel is ten times slower than aminmax: take |min| and |max|.
-        extremes = torch.stack([value for t in members for value in torch.aminmax(t)]).view(-1, 2)
-        return list(torch.maximum(extremes[:, 1], extremes[:, 0].neg()).unbind())
+        return _empty_as_zero(members, _cpu_abs_maxima, members[0].dtype)
 
     return _per_group(tensors, reduce)
+
+
+def _cpu_abs_maxima(members: list[torch.Tensor]) -> list[torch.Tensor]:
+    """On a CPU the inf-norm kernel is ten times slower than aminmax: take |min| and |max|."""
+    extremes = torch.stack([value for t in members for value in torch.aminmax(t)]).view(-1, 2)
+    return list(torch.maximum(extremes[:, 1], extremes[:, 0].neg()).unbind())
 
 
 class SignedSums:

@@ -39,6 +39,7 @@ class TrainingHealth:
                  capture_due: Callable[[int], bool], layer_scalars: bool = False, group: Optional[Group] = None,
                  modules: Optional[dict] = None):
         self._warned: set = set()
+        self._group = group
         self.monitor: Optional[HealthMonitor] = None
         self._follower: Optional[IterationFollower] = None
         self._unseen: Optional[UnseenIterations] = None  # FSDP without optimizer=: warns of sparse calls
@@ -92,6 +93,8 @@ class TrainingHealth:
             except DistributedMismatch:
                 raise  # the ranks disagree: going on would hang or mix their statistics
             except Exception as error:  # noqa: BLE001 - training health must never crash training
+                if self._group is not None:  # ... unless this rank would then skip a collective the others wait in
+                    raise _out_of_step(self._group, step, error) from error
                 _failed(self._warned, "measuring", step, error)
 
     def call_step(self, counted: int) -> int:
@@ -220,3 +223,13 @@ def _failed(warned: set, what: str, step: int, error: Exception) -> None:
             "statistics are skipped and training goes on. Switch health off with Xray(..., health=False)",
             stacklevel=user_stacklevel(),
         )
+
+
+def _out_of_step(group: Group, step: int, error: Exception) -> DistributedMismatch:
+    """Training health failed on this rank under torch.distributed: going on without it would leave the other
+    ranks waiting in a collective this rank skips, so it stops here, and they fail at their next one."""
+    group.failed = True
+    return DistributedMismatch(
+        f"rank {group.rank}: training health failed at step {step} ({type(error).__name__}: {error}); under "
+        "torch.distributed every rank must take part in its collectives, so this rank cannot go on without it. "
+        "Pass health=False to Xray() on every rank to train without training health (and please report the error)")
