@@ -84,7 +84,8 @@ def _registries(module: nn.Module) -> dict:
     return {key: type(value)(value) for key, value in vars(module).items() if isinstance(value, (dict, set))}
 
 
-def _assert_untouched(model: nn.Module, before: dict) -> None:
+def _assert_untouched(model: nn.Module, before: dict, xray_hooks: tuple = ()) -> None:
+    """``xray_hooks``: the root's hook registries a live Xray may hold a hook in (left out here)."""
     after = _snapshot(model)
     assert after["state_dict"] == before["state_dict"]
     assert after["parameters"] == before["parameters"]
@@ -99,6 +100,8 @@ def _assert_untouched(model: nn.Module, before: dict) -> None:
             assert current[key] is value, (name, key)  # the same object, registries included
     for name, registries in before["registries"].items():
         for key, value in registries.items():
+            if name == "" and key in xray_hooks:
+                continue
             current = after["registries"][name][key]
             if isinstance(value, dict):
                 assert list(current) == list(value) and all(current[k] is value[k] for k in value), (name, key)
@@ -120,8 +123,11 @@ def test_xray_construction_removes_a_buffer_registered_in_forward(tmp_path):
     model = RegistersBuffer()
     before = _snapshot(model)
     with Xray(model, torch.randn(5, 4), logdir=str(tmp_path), plan={"fc": {"weight": True}}):  # a plan of no hooks
-        _assert_untouched(model, before)
+        # but training health's watch for checkpoints loaded into the model (health/reloads.py)
+        assert len(model._load_state_dict_post_hooks) == 1
+        _assert_untouched(model, before, xray_hooks=("_load_state_dict_post_hooks",))
     assert "seen_mean" not in model.state_dict()
+    _assert_untouched(model, before)  # closed: nothing of Xray's left
 
 
 def test_trace_restores_attributes_and_keeps_none_of_its_tensors():
