@@ -317,3 +317,37 @@ def test_a_step_the_loop_skips_on_a_nan_loss_keeps_the_nan(tmp_path, call):
             if call == "after the step":
                 xray.take_graphs(step)
         assert xray.first_nonfinite == NonFinite(step=15, layer="2", kind="weight_grad")
+
+
+@pytest.mark.parametrize("loop", ["README loop, take_graphs(step) after the steps", "optimizer=, take_graphs() before the steps"])
+@pytest.mark.parametrize("fault", ["nan weight", "inf gradient"])
+def test_a_model_split_over_two_optimizers_the_head_stepping_first_keeps_the_nan_in_its_layer(tmp_path, loop, fault):
+    """One optimizer over the first layer, another over the rest that steps first: the weights and gradients
+    are checked before the head's step, so a NaN written into the last layer's weight (or an infinite
+    gradient of it) at step 23 is named there, not in the layer the head's step spread it to (which the
+    check at the first layer's optimizer step saw)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4))
+    trunk = torch.optim.SGD(model[0].parameters(), lr=0.05)
+    head = torch.optim.SGD([*model[2].parameters(), *model[4].parameters()], lr=0.05)
+    at = {"step": None}
+    if fault == "inf gradient":
+        model[4].weight.register_hook(lambda grad: grad * math.inf if at["step"] == 23 else grad)
+    options = {"every": 10, "optimizer": trunk} if loop.startswith("optimizer=") else {}
+    with Xray(model, torch.randn(8, 16), logdir=str(tmp_path), **options) as xray:
+        for step in range(30):
+            at["step"] = step
+            if step == 23 and fault == "nan weight":
+                with torch.no_grad():
+                    model[4].weight[0, 0] = math.nan
+            trunk.zero_grad()
+            head.zero_grad()
+            F.cross_entropy(model(torch.randn(8, 16)), torch.randint(0, 4, (8,))).backward()
+            if options:
+                xray.take_graphs()
+            head.step()
+            trunk.step()
+            if not options and step % 10 == 0:
+                xray.take_graphs(step)
+        expected = NonFinite(step=23, layer="4", kind="weight" if fault == "nan weight" else "weight_grad")
+        assert xray.first_nonfinite == expected

@@ -355,11 +355,17 @@ def test_a_weight_whose_data_is_replaced_is_read_again(tmp_path):
 
 def test_each_optimizer_keeps_the_marks_of_the_weights_it_steps_from_checked_gradients(tmp_path):
     """Two optimizers over two parts of a model, iterations counted at the first one's steps: each part's
-    large weight is not read again after its own optimizer's step; a part stepped with the gradients of a
-    second backward that no check saw is read at the next check."""
+    large weight is not read again after its own optimizer's step; a part stepped with gradients that no
+    check saw (scaled in place by its optimizer's own pre-hook, which runs after the check Xray makes
+    before every optimizer of the model's weights) is read at the next check."""
     model = wide_layers()
     first = torch.optim.SGD(model.first.parameters(), lr=0.01)
     rest = torch.optim.SGD([*model.second.parameters(), *model.third.parameters()], lr=0.01)
+
+    def halve_second_gradients(optimizer, args, kwargs) -> None:
+        for param in model.second.parameters():
+            param.grad.mul_(0.5)
+
     with Xray(model, input_size=(16,), logdir=str(tmp_path), every=at([]), health=HealthOptions(every=1000), optimizer=first):
         for step, (x, y) in enumerate(batches(9)):
             first.zero_grad()
@@ -367,10 +373,11 @@ def test_each_optimizer_keeps_the_marks_of_the_weights_it_steps_from_checked_gra
             F.cross_entropy(model(x), y).backward()
             with _SumsRead() as sums:
                 first.step()  # the check, in its step pre-hook
-                if step == 6:  # the rest steps with the gradients of another backward, unchecked
-                    rest.zero_grad()
-                    F.cross_entropy(model(x), y).backward()
+                if step == 6:  # the rest steps with gradients changed after every check
+                    scaled = rest.register_step_pre_hook(halve_second_gradients)
                 rest.step()
+                if step == 6:
+                    scaled.remove()
             read = {id(model.first.weight), id(model.second.weight)} & set(sums.read)
             if step >= 2:
                 assert read == ({id(model.second.weight)} if step == 7 else set()), step

@@ -115,7 +115,7 @@ class BlockWriter:
     def _locate_nonfinite(self, iterations: Optional[Block], activations: Optional[Block]) -> Optional[NonFinite]:
         flags = nonfinite.FlagRows()
         self._sentinel.take(flags)  # weights and gradients, every iteration
-        flags.add_block(iterations, self._iteration_families)
+        flags.add_block(iterations, self._iteration_families, frozenset(flags.by_step))
         flags.add_checks(activations, len(self._activation_families), self._checks.layers)
         return nonfinite.first_nonfinite(flags, self._scope.order)
 

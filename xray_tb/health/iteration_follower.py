@@ -50,17 +50,20 @@ class IterationFollower:
 
     def __init__(self, weights: list[torch.nn.Parameter], iteration: Callable[[int], None], first_step: int,
                  modules: Optional[list[torch.nn.Module]] = None, on_replaced: Optional[Callable[[], None]] = None,
-                 on_renumber: Optional[Callable[[int], bool]] = None, skipped: Optional[SkippedSteps] = None):
+                 on_renumber: Optional[Callable[[int], bool]] = None, skipped: Optional[SkippedSteps] = None,
+                 check: Optional[Callable[[int], None]] = None):
         """``weights`` in dataflow order, each of the module at the same place in ``modules``;
         ``on_replaced`` is called when the marker is no longer its module's parameter (it should
         :meth:`rebind` the follower to the weights found again); ``on_renumber(delta)`` files the
         iterations counted before the first call ``delta`` steps later (whether it could); ``skipped`` withdraws
-        an iteration a call counted whose optimizer step did not run."""
+        an iteration a call counted whose optimizer step did not run; ``check(step)`` checks the weights and
+        gradients for non-finite values before another optimizer of the model's weights steps first."""
         self._iteration = iteration
+        self._check = check
         self._skipped = skipped
         self._followed: Optional[weakref.ref] = None  # the optimizer whose steps count
-        # optimizers that step no marker: their parameter count when ignored; the first that held model weights
-        self._ignored: "weakref.WeakKeyDictionary[torch.optim.Optimizer, int]" = weakref.WeakKeyDictionary()
+        # optimizers that step no marker: their parameter count when ignored, and whether they step model weights
+        self._ignored: "weakref.WeakKeyDictionary[torch.optim.Optimizer, tuple[int, bool]]" = weakref.WeakKeyDictionary()
         self._candidate: Optional[weakref.ref] = None
         self._stand_in: Union[bool, int, None] = False  # following a candidate: the count before it, else False
         self._first_step = int(first_step)
@@ -248,14 +251,19 @@ class IterationFollower:
                 self._consider(optimizer)  # a call counted the backward: the next call that finds several may follow it
             return
         if not self._follows(optimizer):
+            self._check_before(optimizer)
             return
-        step = self._pending if self._pending is not None else self._first_step if self._last is None else self._last + 1
+        step = self._next_step()
         self._after_steps = self._after_steps and self._pending is None
         self._fresh, self._pending, self._uncounted = False, None, 0
         if self._provisional is not None:
             self._provisional += 1
         self._note(step)
         self._iteration(step)
+
+    def _next_step(self) -> int:
+        """The step of the backward not counted yet: a call's since, else the one after the latest."""
+        return self._pending if self._pending is not None else self._first_step if self._last is None else self._last + 1
 
     def _note(self, step: int) -> None:
         """``step`` was filed: the next iteration no call names goes after the latest."""
@@ -284,16 +292,23 @@ class IterationFollower:
             self._followed, self._last, self._stand_in = weakref.ref(optimizer), self._stand_in, False
             self._mark(first)
             return True
-        if self._ignored.get(optimizer) == count:
+        if (self._ignored.get(optimizer) or (None,))[0] == count:
             return False
         held = held_ids(optimizer)
         if id(self._marker) in held:  # the first to step the marker, or one built anew for it mid-run
             self._followed = weakref.ref(optimizer)
             return True
-        self._ignored[optimizer] = count  # looked at again once add_param_group changed it
+        self._ignored[optimizer] = (count, bool(held & self._ids))  # looked at again once add_param_group changed it
         if self._candidate is None and held & self._ids:
             self._candidate = weakref.ref(optimizer)
         return False
+
+    def _check_before(self, optimizer: torch.optim.Optimizer) -> None:
+        """An optimizer of other model weights (a head's) steps before the followed one counts the backward:
+        the weights and gradients are checked for non-finite values now, as the forward and backward left
+        them, before that step spreads a NaN to the layers before (only checked: the followed step counts)."""
+        if self._check is not None and self._followed is not None and (self._ignored.get(optimizer) or (0, False))[1]:
+            self._check(self._next_step())
 
     def _consider(self, optimizer: torch.optim.Optimizer) -> None:
         """An optimizer stepped after a call counted the backward: the one to follow if it steps the model."""

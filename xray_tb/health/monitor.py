@@ -128,6 +128,12 @@ class HealthMonitor:
         if measure and max(len(self._iteration_rows), len(self._activation_rows)) >= self.options.flush_every:
             self.flush()
 
+    def check(self, step: int) -> None:
+        """The non-finite sentinel alone, on the weights and gradients as they are now (iteration ``step``,
+        before an optimizer other than the one that counts the iterations applies its gradients)."""
+        if self._weights and not self._sentinel.done and self._shards is None:
+            self._sentinel.check(step, self._weights, [weight.grad for weight in self._weights], self._biases)
+
     def activations_before_capture(self, step: int, collective: bool = False) -> None:
         """A capture before its iteration (``optimizer=``): a health step's activation statistics first, for
         the frames to reuse, not again at the iteration. Under torch.distributed they stay at the iteration

@@ -29,14 +29,21 @@ class FlagRows:
         for row, column in zip(*np.nonzero(flags)):
             self.by_step.setdefault(int(steps[row]), {}).setdefault(kind, set()).add(layers[column])
 
-    def add_block(self, block, families: list) -> None:
-        """The non-finite values of a block of per-iteration statistics (None: no block)."""
+    def add_block(self, block, families: list, checked: frozenset = frozenset()) -> None:
+        """The non-finite values of a block of per-iteration statistics (None: no block), but at the
+        ``checked`` steps: there the sentinel's flags are the exact check of the weights and gradients as
+        the forward and backward left them, and a row may be measured after an optimizer of other layers
+        stepped first (a head's, which spreads a NaN to the layers before it)."""
         if block is None:
             return
+        skipped = np.isin(block.steps, list(checked)) if checked else None
         for index, family in enumerate(families):
             for column, kind in family.nonfinite_kinds.items():
                 values, absent = block.columns[(index, column)], block.absent[(index, column)]
-                self.add(block.steps, family.layers, ~np.isfinite(values) & ~absent, kind)
+                flagged = ~np.isfinite(values) & ~absent
+                if skipped is not None:
+                    flagged[skipped] = False
+                self.add(block.steps, family.layers, flagged, kind)
 
     def add_checks(self, block, index: int, layers: list[str]) -> None:
         """The output and activation checks of a block of health steps, family ``index`` of its row."""

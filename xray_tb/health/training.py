@@ -21,6 +21,7 @@ from xray_tb.distributed import DistributedMismatch, Group
 from xray_tb.health import pruning
 from xray_tb.health.findings import Finding, NonFinite
 from xray_tb.health.iteration_follower import IterationFollower
+from xray_tb.health.other_optimizers import OtherOptimizers
 from xray_tb.health.unseen_iterations import UnseenIterations
 from xray_tb.health.skipped_steps import SkippedSteps
 from xray_tb.health.monitor import HealthMonitor
@@ -56,6 +57,10 @@ class TrainingHealth:
                     self.iteration(recording.next_step)
 
             recording.on_release(optimizer.register_step_pre_hook(Hook(before_step)).remove)
+            others = OtherOptimizers(optimizer, [param for layer in monitor.scope.weighted for param in layer.params],
+                                     lambda: self._contained("checking for non-finite values at", recording.next_step,
+                                                             lambda monitor: monitor.check(recording.next_step)))
+            recording.on_release(others.remove)
         elif any(is_sharded(param) for layer in monitor.scope.weighted for param in layer.params):
             self._unseen = UnseenIterations([param for layer in monitor.scope.weighted for param in layer.params])
             recording.on_release(self._unseen.remove)
@@ -67,7 +72,9 @@ class TrainingHealth:
                                                lambda: self._contained("finding replaced weights at", recording.next_step,
                                                                        HealthMonitor.refresh_weights),
                                                monitor.renumber,
-                                               SkippedSteps(monitor.hold, monitor.release, monitor.withdraw))
+                                               SkippedSteps(monitor.hold, monitor.release, monitor.withdraw),
+                                               lambda step: self._contained("checking for non-finite values at", step,
+                                                                            lambda monitor: monitor.check(step)))
             recording.on_release(self._follower.remove)
             monitor.on_weights_changed = self._rebind_follower
         recording.on_release(monitor.close)

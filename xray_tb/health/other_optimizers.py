@@ -1,0 +1,40 @@
+"""With ``optimizer=``, the other optimizers of the model's weights: one that steps before the given one (a
+head's, in a model split over two optimizers) would spread a NaN to the layers before it, so the weights
+and gradients are checked for non-finite values before its step, as the forward and backward left them."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Callable
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from xray_tb.capture.hooks import Hook, call_weakly
+from xray_tb.health.iteration_follower import held_ids
+
+
+class OtherOptimizers:
+    """Calls ``check()`` before each step of a ``torch.optim`` optimizer, other than ``given``, that steps
+    some of ``weights`` (found once per optimizer and parameter count); :meth:`remove` at close."""
+
+    def __init__(self, given: torch.optim.Optimizer, weights: list[torch.Tensor], check: Callable[[], None]):
+        self._given = weakref.ref(given)
+        self._ids = {id(weight) for weight in weights}
+        self._check = check
+        self._steps_model: "weakref.WeakKeyDictionary[torch.optim.Optimizer, tuple[int, bool]]" = weakref.WeakKeyDictionary()
+        this = weakref.ref(self)  # the global hook must not keep training health alive
+        self._handle = register_optimizer_step_pre_hook(Hook(lambda optimizer, args, kwargs: call_weakly(this, "_before", optimizer)))
+
+    def _before(self, optimizer: torch.optim.Optimizer) -> None:
+        if optimizer is self._given():
+            return
+        count = sum(len(group["params"]) for group in optimizer.param_groups)
+        known = self._steps_model.get(optimizer)
+        if known is None or known[0] != count:  # looked at again once add_param_group changed it
+            known = self._steps_model[optimizer] = (count, bool(held_ids(optimizer) & self._ids))
+        if known[1]:
+            self._check()
+
+    def remove(self) -> None:
+        self._handle.remove()
