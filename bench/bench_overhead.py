@@ -43,9 +43,10 @@ Each variant's loop is set up once and warmed up, as in a long training. Then, r
 and in a new shuffled order each round, every variant runs three windows of steps on --threads
 intra-op threads (default 2): the plain loop's, its own loop with the variant switched off (same
 model instance and optimizer, nothing of the variant called, Xray's and the user's hooks removed or
-disarmed), and its own loop switched on. "vs own" is the median over rounds of on / off: the
-variant's cost with model-instance effects (memory placement, caches) cancelled. "vs plain" is on /
-the plain window before it. With --clock wall, times are wall-clock seconds instead (what a user's
+disarmed), and its own loop switched on; in that order in even rounds and in the reverse order in
+odd ones, so that a machine whose speed drifts during the run does not bias every round's ratios the
+same way. "vs own" is the median over rounds of on / off: the variant's cost with model-instance
+effects (memory placement, caches) cancelled. "vs plain" is on / the plain window of its round. With --clock wall, times are wall-clock seconds instead (what a user's
 training takes; a noisy VM moves them more). By default times are process CPU time: every thread of ours (the event writer's and
 wandb's in-process threads included; wandb's separate service process is not counted), nothing of
 other tenants. Each model ends with lines naming the cheapest variant, whether Xray's defaults cost
@@ -339,11 +340,13 @@ def main() -> None:
             loops = {variant: Loop(variant, make_model, sample_shape, data[0][0], f"{tmp}/{variant}") for variant in variants}
             for loop in loops.values():
                 loop.window(warm_data)  # warm-up, first captures included
-            for _ in range(args.rounds):
+            for round_index in range(args.rounds):
                 for variant in order.sample(others, len(others)):
-                    plain_next_to[variant].append(loops["plain"].window(window_data))
-                    own_off[variant].append(loops[variant].window(window_data, instrumented=False))
-                    on[variant].append(loops[variant].window(window_data))
+                    # plain, off, on in even rounds and on, off, plain in odd ones: a machine whose speed
+                    # drifts over the run biases the ratios one way, then the other (their median cancels it)
+                    windows = [("plain", plain_next_to, True), (variant, own_off, False), (variant, on, True)]
+                    for name, times, instrumented in windows[::-1] if round_index % 2 else windows:
+                        times[variant].append(loops[name].window(window_data, instrumented=instrumented))
             for loop in loops.values():
                 loop.close()
         plain = statistics.median(t for ts in plain_next_to.values() for t in ts) if others else float("nan")
