@@ -215,7 +215,8 @@ def test_parameters_replaced_by_load_state_dict_with_assign_are_found_again(tmp_
     assert open_run(tmp_path).health("grad_l2")[1].tolist()[:27] == list(range(27))
 
 
-def test_with_optimizer_a_checkpoint_loaded_with_assign_is_checked_from_its_first_iteration(tmp_path):
+@pytest.mark.parametrize("loaded_at", [17, 20])  # 20: a capture step, whose activations come first
+def test_with_optimizer_a_checkpoint_loaded_with_assign_is_checked_from_its_first_iteration(tmp_path, loaded_at):
     """optimizer= and take_graphs() every step: a checkpoint holding a NaN, loaded with
     load_state_dict(..., assign=True), the optimizer pointed at the new parameters before zero_grad (the
     replaced ones keep their last gradient, which nobody resets). The new parameters are checked from the
@@ -226,7 +227,7 @@ def test_with_optimizer_a_checkpoint_loaded_with_assign_is_checked_from_its_firs
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     with Xray(model, _rows(generator), logdir=str(tmp_path), every=10, optimizer=optimizer) as xray:
         for step in range(30):
-            if step == 17:
+            if step == loaded_at:
                 saved = {k: v.clone() for k, v in model.state_dict().items()}
                 saved["2.weight"][1, 2] = math.nan
                 model.load_state_dict(saved, assign=True)
@@ -235,7 +236,7 @@ def test_with_optimizer_a_checkpoint_loaded_with_assign_is_checked_from_its_firs
             F.cross_entropy(model(_rows(generator)), torch.randint(0, 3, (16,), generator=generator)).backward()
             xray.take_graphs()
             optimizer.step()
-        assert xray.first_nonfinite == NonFinite(step=17, layer="2", kind="weight")
+        assert xray.first_nonfinite == NonFinite(step=loaded_at, layer="2", kind="weight")
 
 
 @pytest.mark.parametrize("remove", [False, True])

@@ -139,6 +139,8 @@ class HealthMonitor:
         the frames to reuse, not again at the iteration. Under torch.distributed they stay at the iteration
         (every rank's collectives in one order), unless ``collective``: every rank takes them here."""
         if (self._group is None or collective) and self._taken != step and self._activations_due(step):
+            if self._loads.take():  # a checkpoint's parameters are found before this step's rows start
+                self.refresh_weights()
             self._measure_activations(step)
             self._taken = step
 
