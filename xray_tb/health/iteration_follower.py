@@ -292,7 +292,8 @@ class IterationFollower:
             self._followed, self._last, self._stand_in = weakref.ref(optimizer), self._stand_in, False
             self._mark(first)
             return True
-        if (self._ignored.get(optimizer) or (None,))[0] == count:
+        ignored = self._ignored.get(optimizer)
+        if ignored is not None and ignored[0] == count:
             return False
         held = held_ids(optimizer)
         if id(self._marker) in held:  # the first to step the marker, or one built anew for it mid-run
@@ -307,7 +308,8 @@ class IterationFollower:
         """An optimizer of other model weights (a head's) steps before the followed one counts the backward:
         the weights and gradients are checked for non-finite values now, as the forward and backward left
         them, before that step spreads a NaN to the layers before (only checked: the followed step counts)."""
-        if self._check is not None and self._followed is not None and (self._ignored.get(optimizer) or (0, False))[1]:
+        ignored = self._ignored.get(optimizer)
+        if self._check is not None and self._followed is not None and ignored is not None and ignored[1]:
             self._check(self._next_step())
 
     def _consider(self, optimizer: torch.optim.Optimizer) -> None:

@@ -58,8 +58,7 @@ class TrainingHealth:
 
             recording.on_release(optimizer.register_step_pre_hook(Hook(before_step)).remove)
             others = OtherOptimizers(optimizer, [param for layer in monitor.scope.weighted for param in layer.params],
-                                     lambda: self._contained("checking for non-finite values at", recording.next_step,
-                                                             lambda monitor: monitor.check(recording.next_step)))
+                                     lambda: self._check_nonfinite(recording.next_step))
             recording.on_release(others.remove)
         elif any(is_sharded(param) for layer in monitor.scope.weighted for param in layer.params):
             self._unseen = UnseenIterations([param for layer in monitor.scope.weighted for param in layer.params])
@@ -73,8 +72,7 @@ class TrainingHealth:
                                                                        HealthMonitor.refresh_weights),
                                                monitor.renumber,
                                                SkippedSteps(monitor.hold, monitor.release, monitor.withdraw),
-                                               lambda step: self._contained("checking for non-finite values at", step,
-                                                                            lambda monitor: monitor.check(step)))
+                                               self._check_nonfinite)
             recording.on_release(self._follower.remove)
             monitor.on_weights_changed = self._rebind_follower
         recording.on_release(monitor.close)
@@ -133,6 +131,10 @@ class TrainingHealth:
             except Exception as error:  # noqa: BLE001 - closing goes on; this rank reports what it saw itself
                 warnings.warn(f"training health failed to agree with the other ranks at close ({type(error).__name__}: {error})",
                               stacklevel=user_stacklevel())
+
+    def _check_nonfinite(self, step: int) -> None:
+        """The sentinel alone, before an optimizer of other model weights steps first (a head's)."""
+        self._contained("checking for non-finite values at", step, lambda monitor: monitor.check(step))
 
     def activations_before_capture(self, step: int) -> None:
         self._contained("measuring", step, lambda monitor: monitor.activations_before_capture(step))
