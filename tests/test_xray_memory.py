@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import sys
+import weakref
 import tracemalloc
 
 import pytest
@@ -45,7 +47,7 @@ def test_memory_is_flat_over_5000_steps(tmp_path, schedule):
     assert sum(len(steps) for kinds in xray.records().values() for steps in kinds.values()) == 50 * 12
     python_growth = samples[4999][0] - samples[999][0]
     rss_growth = samples[4999][1] - samples[999][1]
-    # Only the step lists of records() grow: 40 captures x 12 frames of small ints.
+    # Only the list of captures behind records() grows: 40 captures x 16 bytes.
     assert python_growth < 256 * 1024, python_growth
     assert rss_growth < 16 * 2**20, rss_growth
 
@@ -97,3 +99,49 @@ def test_between_captures_xray_holds_no_copy_of_the_weights_or_frames(tmp_path):
     figure = xray.show_last_graphs(save=str(tmp_path / "last.png"))  # the last capture, read back from the files
     assert len(figure.axes) >= 3 and (tmp_path / "last.png").stat().st_size > 0
     xray.close()
+
+
+def _chain(layers: int = 40) -> nn.Sequential:
+    return nn.Sequential(*[module for _ in range(layers) for module in (nn.Linear(8, 8), nn.ReLU())])
+
+
+def test_between_captures_no_graph_index_is_held_and_a_plan_change_builds_it_again(tmp_path):
+    """The graph index is built from the kept compact architecture only while it is needed: after
+    construction no Graph object is alive, and a plan change still validates against it."""
+    model = _chain()
+    xray = Xray(model, torch.randn(4, 8), logdir=str(tmp_path), every=5)
+    graph = weakref.ref(xray.recording.graph)  # built again when asked for, and not kept
+    gc.collect()
+    assert graph() is None
+    with pytest.raises(ValueError, match="unknown layer"):
+        xray.set_plan({"0.weight": {"weight": True}})
+    xray.set_plan({"0": {"weight": True}, "78": {"output": True}})
+    assert set(xray.plan) == {"0", "78"} and len(xray.draft_plan()) == 80
+    xray.close()
+
+
+def test_disarmed_hooks_leave_no_grown_hook_tables_on_the_modules(tmp_path):
+    """A dict keeps the table its entries grew once they are removed; Xray empties the tables its
+    hooks grew when it disarms, so between captures the modules' hook registries are as small as new."""
+    model = _chain()
+    fresh = [sys.getsizeof(getattr(nn.Linear(2, 2), name)) for name in _HOOK_TABLES]
+    with Xray(model, torch.randn(4, 8), logdir=str(tmp_path), every=5) as xray:
+        for step in range(7):  # a capture at 5, then steps that are not due: disarmed
+            model(torch.randn(4, 8)).sum().backward()
+            xray.take_graphs(step)
+        for module in model:
+            assert [sys.getsizeof(getattr(module, name)) for name in _HOOK_TABLES] == fresh
+
+
+_HOOK_TABLES = ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
+
+
+def test_the_plan_handed_out_has_an_entry_of_its_own_per_layer(tmp_path):
+    """Equal entries of the plan in force are one object inside Xray; the copy a user gets is theirs,
+    entry by entry, and changing it changes nothing else."""
+    model = _chain(4)
+    with Xray(model, torch.randn(4, 8), logdir=str(tmp_path)) as xray:
+        plan = xray.plan
+        assert plan["0"] == plan["2"] and plan["0"] is not plan["2"]
+        plan["0"]["weight"] = True
+        assert not plan["2"]["weight"] and not xray.plan["0"]["weight"] and not xray.plan["2"]["weight"]

@@ -176,6 +176,7 @@ class Xray:
         self._health = TrainingHealth(recording, health, optimizer, capture_due, layer_scalars, group, modules=first_plan.modules)
         self._install(first_plan)
         attached.attach(model, self, attached.run_key(recording.logdir))  # an earlier Xray on the same run is closed
+        recording.built()
 
     @property
     def recording(self) -> Recording:
@@ -201,8 +202,8 @@ class Xray:
 
     @property
     def plan(self) -> dict[str, dict[str, bool]]:
-        """A copy of the plan in force."""
-        return copy.deepcopy(self._capture.plan)
+        """A copy of the plan in force (each layer's entry its own dict)."""
+        return {layer: copy.deepcopy(entry) for layer, entry in self._capture.plan.items()}
 
     def set_plan(self, plan: plans.PlanLike) -> None:
         """Validate ``plan`` and record by it from now on (see :mod:`xray_tb.capture.plan`)."""

@@ -8,6 +8,7 @@ indices to keep along that axis. Subclass :class:`Selector` and implement :meth:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import operator
 import zlib
@@ -46,6 +47,13 @@ class Selector:
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({fields})"
+
+
+@functools.lru_cache(maxsize=64)
+def _every_index(size: int) -> tuple[int, ...]:
+    """``(0, ..., size - 1)``, one tuple per size for every layer kept whole (thousands of 64-wide layers
+    held a tuple each between captures)."""
+    return tuple(range(size))
 
 
 def _limit(tensor: torch.Tensor, max_filters: int, max_rows: int) -> int:
@@ -107,7 +115,7 @@ class RandomFilters(Selector):
 
     def _draw(self, layer: str, size: int, limit: int) -> Selection:
         if size <= limit:
-            return Selection(tuple(range(size)))
+            return Selection(_every_index(size))
         generator = torch.Generator().manual_seed(zlib.crc32(layer.encode("utf-8")) + self.seed)
         return Selection(tuple(sorted(torch.randperm(size, generator=generator)[:limit].tolist())))
 

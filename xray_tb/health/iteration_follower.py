@@ -162,11 +162,11 @@ class IterationFollower:
         self._bind(weights, modules)
         if self._marker is None:
             return
-        if id(self._marker) in self._ids:  # the same parameter, maybe under another name (pruned: weight_orig)
+        if any(weight is self._marker for weight in self._weights):  # the same parameter, maybe under another name (pruned: weight_orig)
             self._slot = self._slot_of(self._marker)
             return
         followed = self._followed() if self._followed is not None else None
-        if followed is None or not (held_ids(followed) & self._ids):
+        if followed is None or not steps_any(held_ids(followed), self._weights):
             self._followed, self._candidate = None, None
             self._ignored.clear()
         if not self._remark() and self._followed is None and (first := self._first_trained()) is not None:
@@ -174,7 +174,6 @@ class IterationFollower:
 
     def _bind(self, weights: list[torch.nn.Parameter], modules: Optional[list[torch.nn.Module]]) -> None:
         self._weights = weights  # in dataflow order: the layers the forward calls first come first
-        self._ids = {id(weight) for weight in weights}
         self._modules = modules
 
     def _marker_missed(self) -> bool:
@@ -299,8 +298,9 @@ class IterationFollower:
         if id(self._marker) in held:  # the first to step the marker, or one built anew for it mid-run
             self._followed = weakref.ref(optimizer)
             return True
-        self._ignored[optimizer] = (count, bool(held & self._ids))  # looked at again once add_param_group changed it
-        if self._candidate is None and held & self._ids:
+        stepping = steps_any(held, self._weights)
+        self._ignored[optimizer] = (count, stepping)  # looked at again once add_param_group changed it
+        if self._candidate is None and stepping:
             self._candidate = weakref.ref(optimizer)
         return False
 
@@ -314,10 +314,16 @@ class IterationFollower:
 
     def _consider(self, optimizer: torch.optim.Optimizer) -> None:
         """An optimizer stepped after a call counted the backward: the one to follow if it steps the model."""
-        if held_ids(optimizer) & self._ids:
+        if steps_any(held_ids(optimizer), self._weights):
             self._candidate = weakref.ref(optimizer)
 
 
 def held_ids(optimizer: torch.optim.Optimizer) -> set[int]:
     """The ids of the parameters ``optimizer`` steps."""
     return {id(p) for group in optimizer.param_groups for p in group["params"]}
+
+
+def steps_any(held: set[int], weights: list[torch.Tensor]) -> bool:
+    """Whether any of ``weights`` is among ``held`` (:func:`held_ids`); asked when an optimizer is first seen,
+    so the weights' ids are not kept (a set of them was 50 KB on 1,000 layers, held for the run)."""
+    return any(id(weight) in held for weight in weights)

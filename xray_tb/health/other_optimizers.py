@@ -11,16 +11,17 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from xray_tb.capture.hooks import Hook, call_weakly
-from xray_tb.health.iteration_follower import held_ids
+from xray_tb.health.iteration_follower import held_ids, steps_any
 
 
 class OtherOptimizers:
     """Calls ``check()`` before each step of a ``torch.optim`` optimizer, other than ``given``, that steps
-    some of ``weights`` (found once per optimizer and parameter count); :meth:`remove` at close."""
+    some of the model's weights (``weights()``, looked at once per optimizer and parameter count);
+    :meth:`remove` at close."""
 
-    def __init__(self, given: torch.optim.Optimizer, weights: list[torch.Tensor], check: Callable[[], None]):
+    def __init__(self, given: torch.optim.Optimizer, weights: Callable[[], list[torch.Tensor]], check: Callable[[], None]):
         self._given = weakref.ref(given)
-        self._ids = {id(weight) for weight in weights}
+        self._weights = weights
         self._check = check
         self._steps_model: "weakref.WeakKeyDictionary[torch.optim.Optimizer, tuple[int, bool]]" = weakref.WeakKeyDictionary()
         this = weakref.ref(self)  # the global hook must not keep training health alive
@@ -32,7 +33,7 @@ class OtherOptimizers:
         count = sum(len(group["params"]) for group in optimizer.param_groups)
         known = self._steps_model.get(optimizer)
         if known is None or known[0] != count:  # looked at again once add_param_group changed it
-            known = self._steps_model[optimizer] = (count, bool(held_ids(optimizer) & self._ids))
+            known = self._steps_model[optimizer] = (count, steps_any(held_ids(optimizer), self._weights()))
         if known[1]:
             self._check()
 

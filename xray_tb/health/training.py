@@ -57,7 +57,7 @@ class TrainingHealth:
                     self.iteration(recording.next_step)
 
             recording.on_release(optimizer.register_step_pre_hook(Hook(before_step)).remove)
-            others = OtherOptimizers(optimizer, [param for layer in monitor.scope.weighted for param in layer.params],
+            others = OtherOptimizers(optimizer, lambda: [param for layer in monitor.scope.weighted for param in layer.params],
                                      lambda: self._check_nonfinite(recording.next_step))
             recording.on_release(others.remove)
         elif any(is_sharded(param) for layer in monitor.scope.weighted for param in layer.params):

@@ -3,8 +3,7 @@ notebook view, a GIF and the architecture table, over the :class:`~xray_tb.recor
 
 from __future__ import annotations
 
-import bisect
-import copy
+import array
 from typing import Optional
 
 import torch
@@ -28,25 +27,41 @@ class ReadBack:
     def __init__(self, recording: Recording):
         self.recording = recording
         self.last_step: Optional[int] = None  #: the step of the last capture written whole
-        self._records: dict[str, dict[str, list[int]]] = {}
-        self._last_keys: list[tuple[str, str]] = []  # (layer, kind) of the last capture's frames
+        # What was captured, compactly, since a long run captures thousands of times: each capture's step and
+        # the index of its set of frames (layer, kind) among the distinct sets seen (most captures write the
+        # same frames). A step listed per layer and kind cost 36 bytes each: 9 MB for 1,000 captures of 250 layers.
+        self._steps = array.array("q")
+        self._frame_sets = array.array("l")
+        self._sets: list[tuple[tuple[str, str], ...]] = []
+        self._set_index: dict[tuple[tuple[str, str], ...], int] = {}
         self._run: Optional[RecordedRun] = None
+
+    @property
+    def _last_keys(self) -> tuple[tuple[str, str], ...]:
+        """(layer, kind) of the last capture's frames."""
+        return self._sets[self._frame_sets[-1]] if self._frame_sets else ()
 
     def remember(self, step: int, frames: dict) -> None:
         """Note a capture's frames ``{(layer, kind): (header, values)}`` at ``step``."""
-        self._last_keys = list(frames)
-        for name, kind in frames:
-            steps = self._records.setdefault(name, {}).setdefault(kind, [])
-            if not steps or steps[-1] < step:
-                steps.append(step)
-            else:  # a step written again (its last write wins in the run) or an earlier one: listed once, in order
-                at = bisect.bisect_left(steps, step)
-                if at == len(steps) or steps[at] != step:
-                    steps.insert(at, step)
+        keys = tuple(frames)
+        index = self._set_index.get(keys)
+        if index is None:
+            index = self._set_index[keys] = len(self._sets)
+            self._sets.append(keys)
+        self._steps.append(int(step))
+        self._frame_sets.append(index)
 
     def records(self) -> dict[str, dict[str, list[int]]]:
-        """What this Xray recorded: ``{layer: {kind: [steps]}}``, each step once, ascending (as the run lists them)."""
-        return copy.deepcopy(self._records)
+        """What this Xray recorded: ``{layer: {kind: [steps]}}``, each step once, ascending (as the run lists
+        them): a step written again (its last write wins in the run) is listed once."""
+        records: dict[str, dict[str, list[int]]] = {}
+        for capture in sorted(range(len(self._steps)), key=self._steps.__getitem__):
+            step = self._steps[capture]
+            for name, kind in self._sets[self._frame_sets[capture]]:
+                steps = records.setdefault(name, {}).setdefault(kind, [])
+                if not steps or steps[-1] != step:
+                    steps.append(step)
+        return records
 
     def load(self, layer: str, kind: str, step: int) -> tuple[torch.Tensor, metadata.FrameHeader]:
         """A recorded frame (the kept values) and its header, read from the run's event files."""
