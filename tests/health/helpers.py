@@ -81,3 +81,13 @@ def gradient_stats(grad: torch.Tensor) -> dict[str, float]:
 
 def weighted(model: nn.Module) -> dict[str, nn.Module]:
     return {name: module for name, module in model.named_modules() if isinstance(module._parameters.get("weight"), nn.Parameter)}
+
+
+def scaler_steps(scaler: torch.amp.GradScaler, *optimizers: torch.optim.Optimizer) -> bool:
+    """``scaler.step()`` each optimizer in order, then ``scaler.update()``; whether the scaler backed off
+    (it skipped a step for an overflow)."""
+    scale = scaler.get_scale()
+    for optimizer in optimizers:
+        scaler.step(optimizer)
+    scaler.update()
+    return scaler.get_scale() < scale

@@ -75,6 +75,7 @@ class HealthMonitor:
         self._checks = ForwardChecks(list(scope.output_taps), self._reductions)
         self._pieces = LayerPieces(scope.weighted)  # layers with several weights (LSTM): one piece each
         self._sentinel = NonFiniteSentinel(self._pieces.names, [name for name, _ in scope.biases])
+        self._sentinel.on_overflow = self._drop_row  # a GradScaler's overflow: no row, a gap in the series
         self._shards = ShardedHealth.of(group, self._pieces.weights, self._sentinel)  # FSDP
         self._writer = BlockWriter(sink, scope, make_rules(options.rules, options.dead_window), layer_scalars,
                                    self.iteration_families, self.activation_families, self._checks, self._sentinel,
@@ -210,6 +211,9 @@ class HealthMonitor:
             self._iteration_rows.drop(step)
         return withdrawn
 
+    def _drop_row(self, step: int) -> None:
+        self._iteration_rows.drop(step)
+
     def renumber(self, delta: int) -> bool:
         """File every iteration measured so far ``delta`` steps later, if none was written yet (the
         steps of iterations counted before the first ``take_graphs(step)`` named one); whether it did."""
@@ -229,7 +233,9 @@ class HealthMonitor:
         """Bring the buffered rows to the host (one sync), judge them and write them (no-op once closed)."""
         if self._writer.sink is None:
             return
-        iterations, activations = self._iteration_rows.take(keep=self._held), self._activation_rows.take()
+        self._sentinel.settle()
+        keep = self._held if self._held is not None else self._sentinel.overflows.waiting_step
+        iterations, activations = self._iteration_rows.take(keep=keep), self._activation_rows.take()
         vectors, self._vectors = self._vectors, []
         self._flushed_at = self._iterations
         self._writer.write(iterations, activations, vectors, self._last_step)
@@ -302,6 +308,7 @@ class HealthMonitor:
         did not agree on (no :meth:`settle`, or it failed) is written as this rank saw it."""
         self._sentinel.shared = False
         self.release()  # an iteration still waiting for its optimizer step stands
+        self._sentinel.settle(final=True)  # and so does a find still waiting for a GradScaler's update
         try:
             self.flush()
         finally:

@@ -22,6 +22,9 @@ was found, so that a NaN bias is named in its own layer, not in the last layer w
 gradient; on a CPU they are not summed every iteration (a non-finite bias the forward uses makes the
 gradients non-finite; one that is clamped away, as above, is not seen).
 
+While a ``GradScaler`` is in use, a non-finite gradient waits for the scaler's next update, which says
+whether it was an overflow (:mod:`xray_tb.health.overflows`).
+
 After the first non-finite iteration the sentinel stops: only the first one is reported. Under FSDP each
 rank checks its own shards, and with :attr:`NonFiniteSentinel.shared` only what the ranks agreed on
 (:meth:`~NonFiniteSentinel.agree`, see :mod:`xray_tb.health.shards`) is reported; once the ranks can no
@@ -31,13 +34,14 @@ longer agree (at close), a find they did not agree on is reported as this rank s
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
 from xray_tb import sharding
 from xray_tb.health import reductions
 from xray_tb.health.nonfinite import FlagRows
+from xray_tb.health.overflows import OverflowWatch
 from xray_tb.health.stats.base import stored_values
 from xray_tb.health.weight_versions import WeightVersions
 
@@ -62,6 +66,11 @@ class NonFiniteSentinel:
         #: On a CPU, which weights need no reading (:mod:`xray_tb.health.weight_versions`); None: read them all.
         self.versions: Optional[WeightVersions] = None
         self.track_versions = True  # False: read every weight at every check (sharded weights: ShardedHealth)
+        #: A non-finite gradient found while a GradScaler is in use waits for its next update (:mod:`~xray_tb.health.overflows`).
+        self.overflows = OverflowWatch()
+        #: Called with the step of a find the scaler's update showed to be an overflow (its row is dropped).
+        self.on_overflow: Optional[Callable[[int], None]] = None
+        self._scaled: Optional[bool] = None  # on a device: whether a GradScaler is in use (looked for at the first check)
 
     @property
     def flag_count(self) -> int:
@@ -72,6 +81,8 @@ class NonFiniteSentinel:
               biases: Optional[list[torch.Tensor]] = None) -> None:
         """Check one iteration's weights and gradients (None for a missing gradient), and ``biases``."""
         with torch.no_grad():
+            if self.overflows.waiting_step is not None:
+                self.settle(at_check=True)
             if self._on_cpu is None:
                 self._on_cpu = all(w.device.type == "cpu" for w in weights)
                 if self._on_cpu and self.track_versions:
@@ -92,6 +103,7 @@ class NonFiniteSentinel:
                 if math.isfinite(total):
                     if self.versions is not None:
                         self.versions.checked(weights, grads)
+                    self.overflows.clean()
                     return
             biases = biases or []
             tensors = [*weights, *[None if g is None else stored_values(g) for g in grads],
@@ -110,16 +122,66 @@ class NonFiniteSentinel:
         flags = [False] * len(tensors)
         for position, tensor in zip(positions, checked):
             flags[position] = not bool(torch.isfinite(tensor).all())
-        if any(flags):  # else a finite tensor's sum overflowed: nothing to report
-            self.found_at = int(step)
-            if step == self._held:
-                self._pending = (int(step), flags)
-            else:
-                self._found = (int(step), flags)
-                self.done = True
+        self._flagged(step, flags)
+
+    def _flagged(self, step: int, flags: list[bool]) -> None:
+        """What one check found, on the host: held for its optimizer step, waiting for a GradScaler's update
+        (a non-finite gradient), or the first non-finite iteration."""
+        if not any(flags):  # a finite tensor's sum overflowed: nothing to report
+            self.overflows.clean()
+            return
+        self.found_at = int(step)
+        if step == self._held:
+            self._pending = (int(step), flags)
+        elif not self._waits((int(step), flags)):
+            self._found = (int(step), flags)
+            self.done = True
+
+    def _waits(self, find: tuple) -> bool:
+        """Let ``find`` wait for a GradScaler's next update if it holds a non-finite gradient and a scaler is in use.
+        While an earlier find waits (several checks per update: accumulation), a later one is let go: it shares
+        the earlier one's verdict, and a non-finite weight stays to be found again."""
+        if self.overflows.waiting_step is not None:
+            return True
+        forward = self._forward_flags()
+        if not any(flag and not forward[i] for i, flag in enumerate(find[1])) or not self.overflows.scaler_in_use():
+            return False
+        self.overflows.wait(find)
+        return True
+
+    def settle(self, final: bool = False, at_check: bool = False) -> None:
+        """Decide on a find that waits for a GradScaler's update, if the update ran (or ``final``: the run ends;
+        ``at_check``: a check is about to run, one more the find waited)."""
+        settled = self.overflows.settle(final, at_check)
+        if settled is None or self.done:
+            return
+        find, overflowed = settled
+        if not overflowed:
+            self._found, self.done = find, True
+            return
+        step, flags = find
+        forward = self._forward_flags()
+        kept = [flag and forward[i] for i, flag in enumerate(flags)]
+        if any(kept):  # a non-finite weight or bias stays found: the forward used it
+            self._found, self.done = (step, kept), True
+        elif self.on_overflow is not None:
+            self.on_overflow(step)
+
+    def _forward_flags(self) -> list[bool]:
+        """For each flag of a find, whether it is a weight's or a bias's (not a gradient's)."""
+        weights, biases = len(self.layers), len(self.bias_layers)
+        return [i < weights or 2 * weights <= i < 2 * weights + biases for i in range(self.flag_count)]
 
     def _check_on_device(self, step: int, tensors: list, positions: list[int], checked: list[torch.Tensor]) -> None:
         flags = ~torch.isfinite(reductions.stacked_norms(checked, math.inf))
+        if self._scaled is None:
+            self._scaled = self.overflows.scaler_in_use()
+        if self._scaled:  # the scaler's step syncs every iteration: its flags are read on the host, to wait on its update
+            host = [False] * len(tensors)
+            for position, flag in zip(positions, flags.tolist()):
+                host[position] = flag
+            self._flagged(step, host)
+            return
         if step == self._held:
             self._pending = (int(step), flags, positions, len(tensors))
         else:
@@ -172,6 +234,8 @@ class NonFiniteSentinel:
         for found in (first if reinstate else None, pending):
             if found is None or self.done:
                 continue
+            if found is pending and stepped and len(found) == 2 and self._waits(found):
+                continue  # the step ran; a scaler may still have skipped another optimizer's
             if len(found) == 2:
                 self._found, self.done = found, True
             else:
@@ -185,8 +249,7 @@ class NonFiniteSentinel:
         pending, self._pending, self._held = self._pending, None, None
         if pending is None or self.done:
             return False
-        weights, biases = len(self.layers), len(self.bias_layers)
-        forward = [i < weights or 2 * weights <= i < 2 * weights + biases for i in range(self.flag_count)]
+        forward = self._forward_flags()
         if len(pending) == 2:
             step, flags = pending
             if not any(flag and not forward[i] for i, flag in enumerate(flags)):
@@ -211,12 +274,14 @@ class NonFiniteSentinel:
         """File a first non-finite iteration found so far (and not agreed on yet) ``delta`` steps later."""
         if self._found is not None and self._agreed is None:
             self._found = (self._found[0] + delta, self._found[1])
+        self.overflows.shift(delta)
         if self._device_state is not None:
             first_step = self._device_state[1]
             first_step.add_((first_step >= 0).long() * delta)
 
     def local_find(self) -> Optional[tuple[int, list[bool]]]:
         """This rank's first non-finite iteration, ``(step, flags)`` (weights then gradients), or None."""
+        self.settle()
         self._read_device()
         return self._found
 
