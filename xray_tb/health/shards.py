@@ -88,7 +88,7 @@ class ShardedHealth:
     def _columns(self, families: list[IterationStatistic], device: torch.device) -> tuple[list, torch.Tensor]:
         """Each column's op, and which ranks count in it (``ranks × columns``); made again only when
         the families change."""
-        layout = tuple((id(family), family.columns, tuple(family.layers)) for family in families)
+        layout = tuple(map(id, families))  # a family's columns and layers are fixed: a new family is a new layout
         if layout != self._layout or self._counted.device != device:
             self._ops = [family.shard_ops.get(column) for family in families for column in family.columns
                          for _ in family.layers]
