@@ -27,6 +27,8 @@ from xray_tb.health import HealthOptions
 
 #: Layer 2's rows (the model's outputs) per case: one row leaves rank 1 an empty shard.
 OUTPUTS = {"empty_shard": 1}
+#: The processes of a case other than 2: hsdp4 is HSDP on a 2 x 2 mesh (two replicas of a weight sharded in two).
+WORLDS = {"hsdp4": 4}
 
 
 def mlp(outputs: int = 3) -> nn.Module:
@@ -39,9 +41,9 @@ def targets(y: torch.Tensor, outputs: int = 3) -> torch.Tensor:
     return torch.cat([y, y[:, :1]], dim=1)[:, :outputs]
 
 
-def shard(model: nn.Module, root_only: bool = False, hsdp: bool = False) -> nn.Module:
-    """``fully_shard`` per layer and at the root; ``hsdp``: on a 2 x 1 mesh (replicate x shard)."""
-    mesh = init_device_mesh("cpu", (WORLD, 1), mesh_dim_names=("replicate", "shard")) if hsdp else None
+def shard(model: nn.Module, root_only: bool = False, hsdp: tuple[int, int] | None = None) -> nn.Module:
+    """``fully_shard`` per layer and at the root; ``hsdp``: on a mesh of that shape (replicate x shard)."""
+    mesh = init_device_mesh("cpu", hsdp, mesh_dim_names=("replicate", "shard")) if hsdp else None
     if not root_only:
         for layer in (model[0], model[2]):
             fully_shard(layer, mesh=mesh)
@@ -97,14 +99,15 @@ def _where(found) -> list | None:
 
 def main(case: str, rank: int, port: str, logdir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=30))
+    world = WORLDS.get(case, WORLD)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=30))
     result: dict = {"rank": rank, "steps": []}
-    x, y = (part[rank::WORLD] for part in full_batch())
+    x, y = (part[rank::world] for part in full_batch())
     outputs = OUTPUTS.get(case, 3)
     y = targets(y, outputs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = shard(mlp(outputs), root_only=case == "root", hsdp=case == "hsdp")
+        model = shard(mlp(outputs), root_only=case == "root", hsdp={"hsdp": (WORLD, 1), "hsdp4": (2, 2)}.get(case))
         plan = {"0": {"weight": True, "weight_grad": True, "activation": True}, "2": {"weight": True, "weight_grad": True}}
         options = {"ranks": "all"} if case == "all" else {}
         # nonfinite: iterations 0, 1 and 3 are measured (1 for the update ratio), the NaN comes at 2.

@@ -92,12 +92,14 @@ def test_gradient_and_weight_statistics_equal_those_of_one_process_on_the_whole_
     assert_health_equals_one_process(zero[0], tmp_path)
 
 
-@pytest.mark.parametrize("case", ["empty_shard", "hsdp"])
+@pytest.mark.parametrize("case", ["empty_shard", "hsdp", "hsdp4"])
 def test_norms_of_an_empty_shard_and_of_hsdp_replicas_are_the_full_tensors(tmp_path, case):
     # empty_shard: layer 2 has one row, so rank 1's shard of it is empty (0 rows). hsdp: a 2 x 1 mesh
-    # (replicate x shard), each rank holds a replica of the whole weight, which must count once.
-    results = run_ranks(case, tmp_path / "ranks")
-    assert [result["warnings"] for result in results] == [[], []]
+    # (replicate x shard), each rank holds a replica of the whole weight, which must count once. hsdp4:
+    # four ranks on a 2 x 2 mesh, two replicas of each weight sharded in two: each shard counts once.
+    world = fsdp_worker.WORLDS.get(case, 2)
+    results = ranks.run_ranks("tests.integrations.fsdp_worker", case, tmp_path / "ranks", world=world)
+    assert [result["warnings"] for result in results] == [[]] * world
     steps = results[0]["steps"]
     assert_frames_are_the_selected_rows(tmp_path / "ranks", steps)
     for stat, kind in (("weight_l2", "weight"), ("grad_l2", "weight_grad")):
