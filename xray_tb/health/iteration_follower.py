@@ -41,6 +41,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from xray_tb.capture.hooks import Hook, call_weakly
+from xray_tb.health.optimizer_params import PerOptimizer, held_ids, steps_any
 from xray_tb.health.skipped_steps import SkippedSteps
 from xray_tb.user_frame import user_stacklevel
 
@@ -63,7 +64,7 @@ class IterationFollower:
         self._skipped = skipped
         self._followed: Optional[weakref.ref] = None  # the optimizer whose steps count
         # optimizers that step no marker: their parameter count when ignored, and whether they step model weights
-        self._ignored: "weakref.WeakKeyDictionary[torch.optim.Optimizer, tuple[int, bool]]" = weakref.WeakKeyDictionary()
+        self._ignored: PerOptimizer[bool] = PerOptimizer()
         self._candidate: Optional[weakref.ref] = None
         self._stand_in: Union[bool, int, None] = False  # following a candidate: the count before it, else False
         self._first_step = int(first_step)
@@ -279,7 +280,6 @@ class IterationFollower:
     def _follows(self, optimizer: torch.optim.Optimizer) -> bool:
         if self._followed is not None and self._followed() is optimizer:
             return True
-        count = sum(len(group["params"]) for group in optimizer.param_groups)
         if self._followed is None and self._candidate is not None and self._candidate() is optimizer:
             # It stepped model weights again and no optimizer stepped the marker meanwhile: it trains the model
             # (a fine-tuning optimizer over the head only, the trunk left out but not frozen). Followed from here.
@@ -291,15 +291,14 @@ class IterationFollower:
             self._followed, self._last, self._stand_in = weakref.ref(optimizer), self._stand_in, False
             self._mark(first)
             return True
-        ignored = self._ignored.get(optimizer)
-        if ignored is not None and ignored[0] == count:
+        if self._ignored.fresh(optimizer):
             return False
         held = held_ids(optimizer)
         if id(self._marker) in held:  # the first to step the marker, or one built anew for it mid-run
             self._followed = weakref.ref(optimizer)
             return True
         stepping = steps_any(held, self._weights)
-        self._ignored[optimizer] = (count, stepping)  # looked at again once add_param_group changed it
+        self._ignored.put(optimizer, stepping)  # looked at again once add_param_group changed it
         if self._candidate is None and stepping:
             self._candidate = weakref.ref(optimizer)
         return False
@@ -308,22 +307,10 @@ class IterationFollower:
         """An optimizer of other model weights (a head's) steps before the followed one counts the backward:
         the weights and gradients are checked for non-finite values now, as the forward and backward left
         them, before that step spreads a NaN to the layers before (only checked: the followed step counts)."""
-        ignored = self._ignored.get(optimizer)
-        if self._check is not None and self._followed is not None and ignored is not None and ignored[1]:
+        if self._check is not None and self._followed is not None and self._ignored.last(optimizer):
             self._check(self._next_step())
 
     def _consider(self, optimizer: torch.optim.Optimizer) -> None:
         """An optimizer stepped after a call counted the backward: the one to follow if it steps the model."""
         if steps_any(held_ids(optimizer), self._weights):
             self._candidate = weakref.ref(optimizer)
-
-
-def held_ids(optimizer: torch.optim.Optimizer) -> set[int]:
-    """The ids of the parameters ``optimizer`` steps."""
-    return {id(p) for group in optimizer.param_groups for p in group["params"]}
-
-
-def steps_any(held: set[int], weights: list[torch.Tensor]) -> bool:
-    """Whether any of ``weights`` is among ``held`` (:func:`held_ids`); asked when an optimizer is first seen,
-    so the weights' ids are not kept (a set of them was 50 KB on 1,000 layers, held for the run)."""
-    return any(id(weight) in held for weight in weights)

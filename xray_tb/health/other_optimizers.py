@@ -11,7 +11,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from xray_tb.capture.hooks import Hook, call_weakly
-from xray_tb.health.iteration_follower import held_ids, steps_any
+from xray_tb.health.optimizer_params import PerOptimizer, held_ids, steps_any
 
 
 class OtherOptimizers:
@@ -23,18 +23,12 @@ class OtherOptimizers:
         self._given = weakref.ref(given)
         self._weights = weights
         self._check = check
-        self._steps_model: "weakref.WeakKeyDictionary[torch.optim.Optimizer, tuple[int, bool]]" = weakref.WeakKeyDictionary()
+        self._steps_model: PerOptimizer[bool] = PerOptimizer()
         this = weakref.ref(self)  # the global hook must not keep training health alive
         self._handle = register_optimizer_step_pre_hook(Hook(lambda optimizer, args, kwargs: call_weakly(this, "_before", optimizer)))
 
     def _before(self, optimizer: torch.optim.Optimizer) -> None:
-        if optimizer is self._given():
-            return
-        count = sum(len(group["params"]) for group in optimizer.param_groups)
-        known = self._steps_model.get(optimizer)
-        if known is None or known[0] != count:  # looked at again once add_param_group changed it
-            known = self._steps_model[optimizer] = (count, steps_any(held_ids(optimizer), self._weights()))
-        if known[1]:
+        if optimizer is not self._given() and self._steps_model.get(optimizer, lambda: steps_any(held_ids(optimizer), self._weights())):
             self._check()
 
     def remove(self) -> None:

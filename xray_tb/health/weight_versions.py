@@ -31,7 +31,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from xray_tb.capture.hooks import Hook, call_weakly
-from xray_tb.health.iteration_follower import held_ids
+from xray_tb.health.optimizer_params import PerOptimizer, held_ids
 
 #: The fewest values a weight must hold to be followed rather than read at every check.
 MIN_SIZE = 1 << 14
@@ -48,8 +48,8 @@ class WeightVersions:
         self._grads: list = []  # each followed weight's checked gradient: (weak reference, version), or None
         self._before: Optional[tuple[int, list[int], list]] = None  # generation, the slots the step may change, their versions
         self._generation = 0  # counts the lists of weights followed, so that what is cached per optimizer is renewed
-        # per optimizer: (generation, its parameter count, the slots of the followed weights it steps)
-        self._stepped: "weakref.WeakKeyDictionary[torch.optim.Optimizer, tuple]" = weakref.WeakKeyDictionary()
+        # per optimizer and generation: the slots of the followed weights it steps
+        self._stepped: PerOptimizer[list[int]] = PerOptimizer()
         this = weakref.ref(self)
         self._handles = (
             register_optimizer_step_pre_hook(Hook(lambda optimizer, args, kwargs: call_weakly(this, "_before_step", optimizer))),
@@ -90,13 +90,11 @@ class WeightVersions:
         """The slots of the followed weights ``optimizer`` steps (looked at again when its parameters or
         the followed weights change). A weight it steps that is missed here keeps its old mark, which its
         new version no longer matches: it is read at the next check."""
-        count = sum(len(group["params"]) for group in optimizer.param_groups)
-        cached = self._stepped.get(optimizer)
-        if cached is None or cached[:2] != (self._generation, count):
+        def slots() -> list[int]:
             held = held_ids(optimizer)
-            cached = (self._generation, count, [slot for slot, i in enumerate(self._followed) if id(self._weights[i]) in held])
-            self._stepped[optimizer] = cached
-        return cached[2]
+            return [slot for slot, i in enumerate(self._followed) if id(self._weights[i]) in held]
+
+        return self._stepped.get(optimizer, slots, key=self._generation)
 
     def _after_step(self) -> None:
         before, self._before = self._before, None
