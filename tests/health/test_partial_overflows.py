@@ -111,3 +111,29 @@ def test_a_nan_gradient_with_a_scaler_that_never_updates_is_found_at_its_step(tm
             optimizer.step()  # the NaN spreads to the weights: found again at every check, the first still waits
         assert xray.first_nonfinite == NonFinite(step=7, layer="2", kind="weight_grad")
         assert [finding.step for finding in xray.findings() if finding.rule == "nonfinite"] == [7]
+
+
+@pytest.mark.parametrize("numbering", ["take_graphs(step)", "take_graphs(step * 4 + micro)"])
+def test_an_overflow_under_accumulation_with_a_call_per_micro_batch_is_no_nonfinite_value(tmp_path, numbering):
+    """Four backwards per scaler step, take_graphs() after each: every micro-batch's row of an overflowed
+    window is withdrawn (they accumulated the overflow), and nothing is reported."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8)
+    at = {"step": None}
+    model[2].weight.register_hook(lambda grad: grad * 1e38 * 1e38 if at["step"] in (5, 6, 20) else grad)  # inf from micro-batch 0
+    skipped, calls = [], []
+    with Xray(model, torch.randn(8, 16), logdir=str(tmp_path), every=10, health=HealthOptions(every=1)) as xray:
+        for step in range(30):
+            at["step"] = step
+            optimizer.zero_grad()
+            for micro in range(4):
+                scaler.scale(F.cross_entropy(model(torch.randn(8, 16)), torch.randint(0, 4, (8,))) / 4).backward()
+                calls.append(step if numbering == "take_graphs(step)" else step * 4 + micro)
+                xray.take_graphs(calls[-1])
+            if scaler_steps(scaler, optimizer):
+                skipped.append(step)
+        assert skipped == [5, 6, 20] and xray.first_nonfinite is None
+    overflowed = {call for index, call in enumerate(calls) if index // 4 in skipped}
+    assert open_run(tmp_path).health("grad_l2")[1].tolist() == sorted(set(calls) - overflowed)

@@ -55,23 +55,36 @@ class RowBuffer:
         """File every buffered row ``delta`` steps later."""
         self._steps = [step + delta for step in self._steps]
 
+    def _since(self, step: int) -> Optional[int]:
+        """Where the rows filed from ``step`` on start: the first of the last run of ``step``'s rows (a call
+        per micro-batch files several under one step), with every row after it; None when there is none."""
+        start = len(self._steps)
+        while start and self._steps[start - 1] != step:
+            start -= 1
+        if not start:
+            return None
+        while start and self._steps[start - 1] == step:
+            start -= 1
+        return start
+
     def drop(self, step: int) -> None:
-        """Forget the last row if it is ``step``'s."""
-        if self._steps and self._steps[-1] == step:
-            if self._absent and self._absent[-1][0] == len(self._rows) - 1:
-                del self._absent[-1]
-            del self._rows[-1], self._steps[-1], self._walls[-1]
+        """Forget the rows filed from ``step`` on (its overflowed gradients were accumulated into them)."""
+        start = self._since(step)
+        if start is not None:
+            del self._rows[start:], self._steps[start:], self._walls[start:]
+            self._absent = [(row, positions) for row, positions in self._absent if row < start]
 
     def take(self, keep: Optional[int] = None) -> Optional[Block]:
         """The buffered rows on the host (None when there are none); the buffer is emptied, but for the
-        last row when it is step ``keep``'s."""
-        if keep is not None and self._steps and self._steps[-1] == keep:
-            absent = self._absent[-1][1] if self._absent and self._absent[-1][0] == len(self._rows) - 1 else None
-            kept = (self._rows[-1], self._steps[-1], self._walls[-1])
-            self.drop(keep)
+        rows filed from step ``keep`` on (an iteration that waits for its optimizer step or a scaler's update)."""
+        start = None if keep is None else self._since(keep)
+        if start is not None:
+            kept = (self._rows[start:], self._steps[start:], self._walls[start:],
+                    [(row - start, positions) for row, positions in self._absent if row >= start])
+            self._rows, self._steps, self._walls = self._rows[:start], self._steps[:start], self._walls[:start]
+            self._absent = [(row, positions) for row, positions in self._absent if row < start]
             block = self.take()
-            self._rows, self._steps, self._walls = [kept[0]], [kept[1]], [kept[2]]
-            self._absent = [] if absent is None else [(0, absent)]
+            self._rows, self._steps, self._walls, self._absent = kept
             return block
         if not self._rows:
             return None

@@ -67,6 +67,14 @@ class OverflowWatch:
         self._waiting = (find, [(weakref.ref(scaler), *_state(scaler)) for scaler in self._scalers if scaler.is_enabled()])
         self._patience = PATIENCE
 
+    def stands(self) -> Optional[tuple]:
+        """The waiting find, decided as no overflow (a non-finite weight came after it: an optimizer applied the
+        gradient, which a scaler that skips the step would not have done); None when none waits."""
+        find, self._waiting = (None if self._waiting is None else self._waiting[0]), None
+        if find is not None:
+            self.clean()
+        return find
+
     def clean(self) -> None:
         """An iteration found nothing: a row of overflows is over."""
         self._in_a_row, self._first = 0, None

@@ -130,6 +130,11 @@ class NonFiniteSentinel:
         if not any(flags):  # a finite tensor's sum overflowed: nothing to report
             self.overflows.clean()
             return
+        if self.overflows.waiting_step is not None:
+            forward = self._forward_flags()
+            if any(flag and forward[i] for i, flag in enumerate(flags)):  # the waiting gradient was applied: no overflow
+                self._found, self.done = self.overflows.stands(), True
+                return
         self.found_at = int(step)
         if step == self._held:
             self._pending = (int(step), flags)
@@ -234,8 +239,8 @@ class NonFiniteSentinel:
         for found in (first if reinstate else None, pending):
             if found is None or self.done:
                 continue
-            if found is pending and stepped and len(found) == 2 and self._waits(found):
-                continue  # the step ran; a scaler may still have skipped another optimizer's
+            if found is pending and len(found) == 2 and self._waits(found):
+                continue  # stepped or accumulated on: a scaler may still skip an optimizer's step at its update
             if len(found) == 2:
                 self._found, self.done = found, True
             else:
