@@ -93,8 +93,8 @@ def test_the_device_path_waits_for_the_scaler_too(tmp_path, loop):
 
 def test_a_nan_gradient_with_a_scaler_that_never_updates_is_found_at_its_step(tmp_path):
     """An enabled GradScaler that this loop does not use (one of another model): its scale never moves, so
-    a NaN gradient waits for no verdict beyond 64 checks (or its row of statistics shows it first): it is
-    reported at its own step."""
+    a NaN gradient would wait 64 checks for a verdict; the weights it turned NaN at the next step show it was
+    applied, so it is reported at its own step then."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -108,7 +108,9 @@ def test_a_nan_gradient_with_a_scaler_that_never_updates_is_found_at_its_step(tm
             optimizer.zero_grad()
             F.cross_entropy(model(torch.randn(4, 8)), torch.randint(0, 4, (4,))).backward()
             xray.take_graphs(step)
-            optimizer.step()  # the NaN spreads to the weights: found again at every check, the first still waits
+            optimizer.step()  # the NaN spreads to the weights: a weight that turns NaN shows the gradient was applied
+            if step == 12:  # well within the wait for an update, after the capture at 10 saw NaN outputs
+                assert xray.first_nonfinite == NonFinite(step=7, layer="2", kind="weight_grad")
         assert xray.first_nonfinite == NonFinite(step=7, layer="2", kind="weight_grad")
         assert [finding.step for finding in xray.findings() if finding.rule == "nonfinite"] == [7]
 
