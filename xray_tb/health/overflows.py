@@ -33,29 +33,41 @@ from typing import Optional
 
 from torch.amp import GradScaler
 
-#: Overflows in a row after which the first of them stands (the scale has shrunk 2**24-fold by then).
+#: Overflows (or skipped steps, :mod:`~xray_tb.health.skipped_steps`) in a row after which the first of them
+#: stands (the scale has shrunk 2**24-fold by then).
 LIMIT = 24
 #: Checks a find waits for a scaler's update at most (accumulation runs several backwards per update).
 PATIENCE = 64
 
 
+class Scalers:
+    """The enabled ``torch.amp.GradScaler``\ s (and subclasses: FSDP's), found by a scan of the garbage
+    collector's objects while none is known, ``scans`` times at most; held weakly."""
+
+    def __init__(self, scans: int = 3):
+        self._found: "weakref.WeakSet[GradScaler]" = weakref.WeakSet()
+        self._scans = scans
+
+    def enabled(self) -> list[GradScaler]:
+        if not any(True for _ in self._found) and self._scans:
+            self._scans -= 1
+            self._found.update(o for o in gc.get_objects() if issubclass(type(o), GradScaler) and o.is_enabled())
+        return [scaler for scaler in self._found if scaler.is_enabled()]
+
+
 class OverflowWatch:
     """The find waiting for a ``GradScaler``'s verdict, and the row of overflows it is part of."""
 
-    def __init__(self, scans: int = 3):
-        self._scalers: "weakref.WeakSet[GradScaler]" = weakref.WeakSet()
-        self._scans = scans  # scans of Python's objects for scalers left
+    def __init__(self):
+        self._scalers = Scalers()
         self._waiting: Optional[tuple[tuple, list]] = None  # (the find, each scaler's (ref, scale, growth count))
         self._patience = 0  # checks the waiting find may still wait
         self._in_a_row = 0  # overflows since the last clean iteration
         self._first: Optional[tuple] = None  # the first find withdrawn in this row
 
     def scaler_in_use(self) -> bool:
-        """Whether an enabled ``torch.amp.GradScaler`` (or a subclass: FSDP's) exists; scans while none is known."""
-        if not any(True for _ in self._scalers) and self._scans:
-            self._scans -= 1
-            self._scalers.update(o for o in gc.get_objects() if issubclass(type(o), GradScaler) and o.is_enabled())
-        return any(scaler.is_enabled() for scaler in self._scalers)
+        """Whether an enabled ``torch.amp.GradScaler`` (or a subclass: FSDP's) exists."""
+        return bool(self._scalers.enabled())
 
     @property
     def waiting_step(self) -> Optional[int]:
@@ -64,7 +76,7 @@ class OverflowWatch:
 
     def wait(self, find: tuple) -> None:
         """``find`` (``(step, flags)``) waits for the scalers' next update."""
-        self._waiting = (find, [(weakref.ref(scaler), *_state(scaler)) for scaler in self._scalers if scaler.is_enabled()])
+        self._waiting = (find, [(weakref.ref(scaler), *_state(scaler)) for scaler in self._scalers.enabled()])
         self._patience = PATIENCE
 
     def stands(self) -> Optional[tuple]:

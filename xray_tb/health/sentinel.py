@@ -131,8 +131,7 @@ class NonFiniteSentinel:
             self.overflows.clean()
             return
         if self.overflows.waiting_step is not None:
-            forward = self._forward_flags()
-            if any(flag and forward[i] for i, flag in enumerate(flags)):  # the waiting gradient was applied: no overflow
+            if any(self._forward_only(flags)):  # the waiting gradient was applied: no overflow
                 self._found, self.done = self.overflows.stands(), True
                 return
         self.found_at = int(step)
@@ -148,8 +147,7 @@ class NonFiniteSentinel:
         the earlier one's verdict, and a non-finite weight stays to be found again."""
         if self.overflows.waiting_step is not None:
             return True
-        forward = self._forward_flags()
-        if not any(flag and not forward[i] for i, flag in enumerate(find[1])) or not self.overflows.scaler_in_use():
+        if not self._has_gradient(find[1]) or not self.overflows.scaler_in_use():
             return False
         self.overflows.wait(find)
         return True
@@ -165,8 +163,7 @@ class NonFiniteSentinel:
             self._found, self.done = find, True
             return
         step, flags = find
-        forward = self._forward_flags()
-        kept = [flag and forward[i] for i, flag in enumerate(flags)]
+        kept = self._forward_only(flags)
         if any(kept):  # a non-finite weight or bias stays found: the forward used it
             self._found, self.done = (step, kept), True
         elif self.on_overflow is not None:
@@ -176,6 +173,13 @@ class NonFiniteSentinel:
         """For each flag of a find, whether it is a weight's or a bias's (not a gradient's)."""
         weights, biases = len(self.layers), len(self.bias_layers)
         return [i < weights or 2 * weights <= i < 2 * weights + biases for i in range(self.flag_count)]
+
+    def _forward_only(self, flags: list[bool]) -> list[bool]:
+        """``flags`` of weights and biases only (those of gradients cleared)."""
+        return [flag and forward for flag, forward in zip(flags, self._forward_flags())]
+
+    def _has_gradient(self, flags: list[bool]) -> bool:
+        return any(flag and not forward for flag, forward in zip(flags, self._forward_flags()))
 
     def _check_on_device(self, step: int, tensors: list, positions: list[int], checked: list[torch.Tensor]) -> None:
         flags = ~torch.isfinite(reductions.stacked_norms(checked, math.inf))
@@ -254,18 +258,18 @@ class NonFiniteSentinel:
         pending, self._pending, self._held = self._pending, None, None
         if pending is None or self.done:
             return False
-        forward = self._forward_flags()
         if len(pending) == 2:
             step, flags = pending
-            if not any(flag and not forward[i] for i, flag in enumerate(flags)):
+            if not self._has_gradient(flags):
                 self._found, self.done = pending, True  # a weight or bias only: it stands as it is
                 return False
-            kept = [flag and forward[i] for i, flag in enumerate(flags)]
+            kept = self._forward_only(flags)
             if any(kept):
                 self._found, self.done = (step, kept), True
             self.found_at = self.found_at if any(kept) else None
         else:
             step, flags, positions, count = pending
+            forward = self._forward_flags()
             mask = torch.tensor([forward[i] for i in positions], device=flags.device)
             if not bool((flags & ~mask).any()):  # no non-finite gradient: the iteration stands
                 self._merge(*pending)

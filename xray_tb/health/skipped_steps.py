@@ -25,15 +25,13 @@ scale, and that is a non-finite value of training: the first of those steps is r
 
 from __future__ import annotations
 
-import gc
 import weakref
 from typing import Callable, Optional
 
 import torch
-from torch.amp import GradScaler
 
-#: Skipped steps in a row after which the iterations stand (the scale has shrunk 2**24-fold by then).
-LIMIT = 24
+# LIMIT: skipped steps in a row after which the iterations stand (the scale has shrunk 2**24-fold by then).
+from xray_tb.health.overflows import LIMIT, Scalers
 
 
 class SkippedSteps:
@@ -46,17 +44,13 @@ class SkippedSteps:
         self._hold, self._release, self._withdraw = hold, release, withdraw
         self._waiting: Optional[tuple[int, Optional[weakref.ref]]] = None  # (step, the marker's gradient then)
         self._in_a_row = 0  # skipped steps since an optimizer step ran
-        self._scalers: "weakref.WeakSet[GradScaler]" = weakref.WeakSet()
-        self._scans = 3  # scans of the heap for GradScalers left
+        self._scalers = Scalers()
 
     def _scaler_backed_off(self) -> bool:
         """Whether a ``torch.amp.GradScaler`` has just backed off its scale (its growth count is back at 0,
         which after a step that did not run means an overflow it skipped). The scalers are found by a scan of
         the garbage collector's objects, a few times a run at most, at a skipped step only; one sync each."""
-        if not any(True for _ in self._scalers) and self._scans:
-            self._scans -= 1
-            self._scalers.update(o for o in gc.get_objects() if issubclass(type(o), GradScaler) and o.is_enabled())
-        for scaler in self._scalers:
+        for scaler in self._scalers.enabled():
             tracker = getattr(scaler, "_growth_tracker", None)
             if tracker is not None and int(tracker) == 0:
                 return True
