@@ -14,6 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from xray_tb.health.buffer import RowBuffer
 from xray_tb.health.sentinel import NonFiniteSentinel
 from xray_tb.health.stats import GradientStatistics, IterationView, UpdateRatio, WeightNorm
+from xray_tb.health.stats.base import row_of
 
 
 class _Counted(TorchDispatchMode):
@@ -43,11 +44,6 @@ def dispatched_ops(layers: int, shape: tuple[int, ...] = (32, 32), device: str =
     for index in range(4):
         with counted if index >= 2 else contextlib.nullcontext():
             view = IterationView(weights, grads, nan, index)
-            row: list = []
-            for family in families:
-                values = family.compute(view)
-                for column in family.columns:
-                    row.extend(values[column])
-            rows.add(index, row, nan)
+            rows.add(index, row_of(families, [family.compute(view) for family in families]), nan)
             sentinel.check(index, weights, grads)
     return counted.ops

@@ -7,11 +7,15 @@ import torch
 
 from tests.health.dispatched_ops import dispatched_ops
 
+#: Ops that make a view (metadata only, no kernel).
+VIEWS = {"view", "unbind", "slice", "select", "as_strided", "alias", "unsqueeze"}
+
 
 def test_a_measured_iteration_dispatches_as_many_ops_for_200_layers_as_for_3():
     few, many = dispatched_ops(3), dispatched_ops(200)
     assert many == few
-    assert sum(many.values()) < 60
+    launches = {op: count for op, count in many.items() if op not in VIEWS}
+    assert sum(launches.values()) < 60
     assert "empty_like" not in many and "detach" not in many  # the update ratio's copy is one multi-tensor op
 
 

@@ -257,16 +257,23 @@ def test_a_model_holding_its_parameters_itself_says_health_watches_no_weight(tmp
 
 
 class _SumsRead(torch.overrides.TorchFunctionMode):
-    """The tensors whose ``sum`` is taken while the mode is on (by identity)."""
+    """The parameters and gradients whose values are summed while the mode is on (by identity), one by one
+    or copied into a batch of small tensors (:mod:`xray_tb.health.cpu_batches`)."""
 
     def __init__(self):
         super().__init__()
         self.read: list[int] = []
+        self._copies: set[int] = set()  # batches and their sums: what the sentinel made, not the model's
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func is torch.Tensor.sum:
+        result = func(*args, **(kwargs or {}))
+        if func is torch.Tensor.sum and id(args[0]) not in self._copies:
             self.read.append(id(args[0]))
-        return func(*args, **(kwargs or {}))
+        if func in (torch.cat, torch.stack):
+            self.read.extend(id(t) for t in args[0] if id(t) not in self._copies)
+        if func in (torch.cat, torch.stack, torch.Tensor.reshape, torch.Tensor.view, torch.Tensor.sum):
+            self._copies.add(id(result))
+        return result
 
 
 def wide_layers() -> nn.Module:

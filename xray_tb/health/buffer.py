@@ -31,6 +31,7 @@ class RowBuffer:
 
     def __init__(self, families: list[Statistic]):
         self._layout = [(index, column, len(family.layers)) for index, family in enumerate(families) for column in family.columns]
+        self._width = sum(width for _, _, width in self._layout)
         self._rows: list[torch.Tensor] = []
         self._steps: list[int] = []
         self._walls: list[float] = []
@@ -42,12 +43,34 @@ class RowBuffer:
         return len(self._rows)
 
     def add(self, step: int, values: list[Optional[torch.Tensor]], nan: torch.Tensor) -> None:
-        """One step's values in layout order; None marks an absent value."""
-        missing = [i for i, value in enumerate(values) if value is None]
+        """One step's values in layout order: a 0-d tensor per value, None for an absent one, or a 1-D
+        tensor for as many values in a row (a family's column, :func:`~xray_tb.health.stats.base.row_of`)."""
+        parts: list[torch.Tensor] = []
+        scalars: list[torch.Tensor] = []
+        missing: list[int] = []
+        width = 0
+        for value in values:
+            if value is None:
+                missing.append(width)
+                scalars.append(nan)
+                width += 1
+            elif value.dim():
+                if scalars:
+                    parts.append(torch.stack(scalars).float())  # stack promotes mixed dtypes
+                    scalars = []
+                parts.append(value.float())
+                width += value.numel()
+            else:
+                scalars.append(value)
+                width += 1
+        if scalars:
+            parts.append(torch.stack(scalars).float())
+        if width != self._width:
+            raise ValueError(f"a health row holds {width} values where its families' columns and layers make "
+                             f"{self._width}: a statistic's compute() must give one value per layer of each column")
         if missing:
             self._absent.append((len(self._rows), np.asarray(missing, dtype=np.int32)))
-            values = [nan if value is None else value for value in values]
-        self._rows.append(torch.stack(values).float() if values else nan.new_empty(0))  # stack promotes mixed dtypes
+        self._rows.append(torch.cat(parts) if len(parts) > 1 else parts[0] if parts else nan.new_empty(0))
         self._steps.append(int(step))
         self._walls.append(time.time())
 

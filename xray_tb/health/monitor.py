@@ -37,6 +37,7 @@ from xray_tb.health.stats import (
     ActivationStatistic, ChannelVariance, DeadUnits, ForwardChecks, GradientStatistics,
     IterationStatistic, IterationView, Saturation, Statistic, UpdateRatio, WeightNorm,
 )
+from xray_tb.health.stats.base import entries, row_of
 from xray_tb.health.stats.histograms import WeightHistograms
 from xray_tb.capture.hooks import TapRecorder
 from xray_tb.capture.shared_reductions import SharedReductions
@@ -176,14 +177,12 @@ class HealthMonitor:
     def _measure_parameters(self, step: int, weights: list[torch.Tensor], grads: list[Optional[torch.Tensor]]) -> None:
         with torch.no_grad():
             view = IterationView(weights, grads, self._nan, self._measured)
-            row: list = []
-            for family in self.iteration_families:
-                result = family.compute(view)
-                for column in family.columns:
-                    row.extend(result[column])
-            row = self._pieces.combine(self.iteration_families, row)
-            if self._shards is not None:
-                row = self._shards.combine(step, self.iteration_families, row, self._pacer)
+            families = self.iteration_families
+            row = row_of(families, [family.compute(view) for family in families])
+            if not self._pieces.single or self._shards is not None:  # per weight, combined per layer and over ranks
+                row = self._pieces.combine(families, entries(row))
+                if self._shards is not None:
+                    row = self._shards.combine(step, families, row, self._pacer)
             self._iteration_rows.add(step, row, self._nan)
         self._measured += 1
 

@@ -41,7 +41,7 @@ PATIENCE = 64
 
 
 class Scalers:
-    """The enabled ``torch.amp.GradScaler``\ s (and subclasses: FSDP's), found by a scan of the garbage
+    """The enabled GradScalers (``torch.amp.GradScaler`` and subclasses: FSDP's), found by a scan of the garbage
     collector's objects while none is known, ``scans`` times at most; held weakly."""
 
     def __init__(self, scans: int = 3):

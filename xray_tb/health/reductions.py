@@ -5,10 +5,11 @@ Tensors are grouped per (device, dtype); each group is reduced with PyTorch's mu
 sums have no multi-tensor op: on a GPU each group is copied (in float32) into a persistent scratch
 buffer of at most :data:`CHUNK` values, chunk by chunk, and summed per tensor with one
 ``segment_reduce`` per chunk; nothing the size of the tensors is allocated per call. On a CPU, where
-a kernel launch is a function call and ``sum`` runs at memory speed, each tensor is summed directly.
+a kernel launch is a function call and ``sum`` runs at memory speed, each tensor is summed directly,
+and :class:`Summaries` reduces small tensors of one shape together (:mod:`xray_tb.health.cpu_batches`).
 
-Every function returns one 0-d tensor per input tensor, on the tensors' device, in input order. An
-empty tensor (an FSDP rank's shard of a layer with fewer rows than ranks) gives 0: the identity of a
+Every function returns one 0-d tensor per input tensor, on the tensors' device, in input order
+(:class:`Summaries`: one vector per statistic, a value per tensor). An empty tensor (an FSDP rank's shard of a layer with fewer rows than ranks) gives 0: the identity of a
 sum and of a norm, and of an absolute maximum combined with others by ``max``.
 """
 
@@ -18,6 +19,8 @@ import math
 from typing import Optional
 
 import torch
+
+from xray_tb.health import cpu_batches
 
 #: The largest scratch buffer (values) used for signed sums on a GPU: 64 MiB of float32.
 CHUNK = 1 << 24
@@ -177,3 +180,54 @@ class _ChunkPlan:
         for index in self.large:
             out[index] = members[index].sum(dtype=torch.float32)
         return out
+
+
+class Summaries:
+    """Per-tensor statistics of a list of tensors, as one float32 vector per statistic (a value per tensor,
+    in input order, on the tensors' device): ``"sum"`` (signed), ``"l1"``, ``"l2"`` and ``"absmax"``. On
+    a GPU, the batched reductions above; on a CPU, small tensors of one shape as the rows of one matrix
+    (:mod:`xray_tb.health.cpu_batches`), the others one by one. Keeps the signed sums' scratch."""
+
+    def __init__(self):
+        self._sums = SignedSums()
+
+    def __call__(self, tensors: list[torch.Tensor], wanted: tuple[str, ...]) -> dict[str, torch.Tensor]:
+        if not tensors:
+            return {name: torch.zeros(0) for name in wanted}
+        if tensors[0].device.type != "cpu":
+            return self._vectors(tensors, wanted)
+        batches, singles = cpu_batches.plan(tensors)
+        if not batches:
+            return self._vectors(tensors, wanted)
+        out = {name: torch.empty(len(tensors), dtype=torch.float32) for name in wanted}
+        for positions in batches:
+            where = _positions(positions)
+            for name, values in cpu_batches.row_reductions(cpu_batches.matrix(tensors, positions), wanted).items():
+                out[name][where] = values
+        if singles:
+            where, members = _positions(singles), [tensors[i] for i in singles]
+            for name, values in self._vectors(members, wanted).items():
+                out[name][where] = values
+        return out
+
+    def _vectors(self, tensors: list[torch.Tensor], wanted: tuple[str, ...]) -> dict[str, torch.Tensor]:
+        """The reductions above, every statistic's values stacked at once (one launch), as rows of one matrix."""
+        values: list[torch.Tensor] = []
+        for name in wanted:
+            if name == "sum":
+                values.extend(self._sums(tensors))
+            elif name == "absmax":
+                values.extend(abs_maxima(tensors))
+            else:
+                values.extend(norms(tensors, {"l1": 1, "l2": 2}[name]))
+        stacked = torch.stack(values).float()  # stack promotes mixed dtypes
+        if len(wanted) == 1:
+            return {wanted[0]: stacked}
+        return dict(zip(wanted, stacked.view(len(wanted), len(tensors)).unbind()))
+
+
+def _positions(positions):
+    """An index for ``positions`` (a ``range`` or an array of them, :func:`cpu_batches.plan`)."""
+    if isinstance(positions, range):
+        return slice(positions.start, positions.stop)
+    return torch.tensor(positions, dtype=torch.int64)

@@ -39,7 +39,7 @@ from typing import Callable, Optional
 import torch
 
 from xray_tb import sharding
-from xray_tb.health import reductions
+from xray_tb.health import cpu_batches, reductions
 from xray_tb.health.nonfinite import FlagRows
 from xray_tb.health.overflows import OverflowWatch
 from xray_tb.health.stats.base import stored_values
@@ -88,19 +88,12 @@ class NonFiniteSentinel:
                 if self._on_cpu and self.track_versions:
                     self.versions = WeightVersions()
             if self._on_cpu:  # the common CPU case first, with as little Python as possible
-                total = 0.0
-                for t in grads:  # one reduction per tensor, added up on the host: no stack, no allocation
-                    if t is not None:
-                        if t.layout != torch.strided:  # a sparse one (nn.Embedding(sparse=True)): what it stores
-                            t = stored_values(t)
-                            if t is None:
-                                continue
-                        total += float(t.sum(dtype=torch.float32))  # a float16 sum would overflow
+                summed = [t if t.layout == torch.strided else stored_values(t) for t in grads if t is not None]
                 clean = self.versions.clean(weights) if self.versions is not None else frozenset()
-                for i, t in enumerate(weights):
-                    if i not in clean:  # else unchanged since found finite, or only stepped from there
-                        total += float(t.sum(dtype=torch.float32))
-                if math.isfinite(total):
+                # else unchanged since found finite, or only stepped from there
+                summed.extend(t for i, t in enumerate(weights) if i not in clean)
+                # one sum per large tensor, one per batch of small ones (a float16 sum would overflow: float32)
+                if math.isfinite(cpu_batches.total([t for t in summed if t is not None])):
                     if self.versions is not None:
                         self.versions.checked(weights, grads)
                     self.overflows.clean()

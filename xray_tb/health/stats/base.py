@@ -8,7 +8,8 @@ Adding a statistic is one new class (registered in :mod:`xray_tb.health.stats`):
 * an :class:`ActivationStatistic` runs at health steps, on the activations the forward produced.
 
 ``compute`` returns, for each of its ``columns``, one 0-d tensor per layer of the family (None where the
-layer has nothing to measure), left on the tensors' device (no host sync). The monitor stacks them into one row per step and brings rows to the
+layer has nothing to measure), or one 1-D tensor with a value per layer, left on the tensors' device
+(no host sync). The monitor stacks them into one row per step and brings rows to the
 host in blocks, where ``finalize`` turns the columns (steps × layers, float64) into the statistics that
 are written (``{stat: steps × layers}``).
 """
@@ -120,11 +121,34 @@ def stored_values(tensor: torch.Tensor) -> Optional[torch.Tensor]:
     return None
 
 
-def scatter(values: list[torch.Tensor], indices: list[int], size: int) -> list[Optional[torch.Tensor]]:
-    """``size`` entries: ``values`` at ``indices``, None (absent) elsewhere."""
+def scatter(values, indices: list[int], size: int):
+    """``size`` entries: ``values`` (a list, or a vector) at ``indices``, None (absent) elsewhere; ``values``
+    itself when every entry has one."""
     if len(indices) == size:
-        return list(values)
+        return values
     out: list[Optional[torch.Tensor]] = [None] * size
-    for i, value in zip(indices, values):
+    for i, value in zip(indices, values.unbind() if torch.is_tensor(values) else values):
         out[i] = value
     return out
+
+
+def row_of(families: list[Statistic], results: list[dict]) -> list:
+    """One step's values in layout order (family by family, column by column) from each family's
+    ``compute``: a column's list is spread out, a column's vector kept whole (:class:`~xray_tb.health.buffer.RowBuffer`
+    takes both)."""
+    row: list = []
+    for family, result in zip(families, results):
+        for column in family.columns:
+            values = result[column]
+            if torch.is_tensor(values):
+                row.append(values)
+            else:
+                row.extend(values)
+    return row
+
+
+def entries(row: list) -> list[Optional[torch.Tensor]]:
+    """``row`` (of :func:`row_of`) with one 0-d value or None per entry: its vectors spread out."""
+    if not any(value is not None and value.dim() for value in row):
+        return row
+    return [entry for value in row for entry in (value.unbind() if value is not None and value.dim() else (value,))]

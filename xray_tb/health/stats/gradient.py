@@ -3,7 +3,8 @@ grad_l1 (sum of |g|) and grad_l2.
 
 On the device, four batched reductions per (device, dtype) group, a fixed number of launches whatever
 the number of layers and no copy of the gradients (:mod:`xray_tb.health.reductions`): the L1, L2 and
-inf norms (``_foreach_norm``) and the signed sums. The mean and the variance follow on the host, in
+inf norms (``_foreach_norm``) and the signed sums. On a CPU, small gradients of one shape are reduced
+together (:mod:`xray_tb.health.cpu_batches`). The mean and the variance follow on the host, in
 float64: mean = sum / n, var = (l2² - n·mean²) / (n - 1).
 """
 
@@ -24,20 +25,15 @@ class GradientStatistics(IterationStatistic):
     def __init__(self, layers: list[str], sizes: list[int]):
         super().__init__(layers)
         self._sizes = np.asarray(sizes, dtype=np.float64)
-        self._sums = reductions.SignedSums()
+        self._summaries = reductions.Summaries()
 
     def compute(self, view: IterationView) -> dict[str, list[torch.Tensor]]:
         indices, grads = present(view.grads)
         size = len(view.grads)
         if not grads:
             return {column: [None] * size for column in self.columns}
-        results = {
-            "grad_sum": self._sums(grads),
-            "grad_l1": reductions.norms(grads, 1),
-            "grad_l2": reductions.norms(grads, 2),
-            "grad_absmax": reductions.abs_maxima(grads),
-        }
-        return {column: scatter(values, indices, size) for column, values in results.items()}
+        results = self._summaries(grads, ("sum", "l1", "l2", "absmax"))
+        return {column: scatter(results[column[len("grad_"):]], indices, size) for column in self.columns}
 
     def finalize(self, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         n = self._sizes

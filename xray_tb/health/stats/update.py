@@ -29,21 +29,22 @@ class UpdateRatio(IterationStatistic):
     def __init__(self, layers: list[str], every: int):
         super().__init__(layers)
         self._every = every
-        self._previous: Optional[tuple[list[torch.Tensor], list[torch.Tensor]]] = None
+        self._previous: Optional[tuple[list[torch.Tensor], torch.Tensor]] = None
+        self._summaries = reductions.Summaries()
 
-    def compute(self, view: IterationView) -> dict[str, list[torch.Tensor]]:
-        updates: list = [None] * len(view.weights)
+    def compute(self, view: IterationView) -> dict[str, object]:
+        updates: object = [None] * len(view.weights)
         bases: list = list(updates)
         if self._previous is not None:
             before, norms = self._previous
             if len(before) == len(view.weights) and all(b.shape == w.shape for b, w in zip(before, view.weights)):
                 torch._foreach_sub_(before, view.weights)  # in place on the kept copy: no new allocation
-                updates, bases = reductions.norms(before, 2), list(norms)
+                updates, bases = self._summaries(before, ("l2",))["l2"], norms
             self._previous = None
         if view.index % self._every == 0:
             with torch.no_grad():  # one multi-tensor op, whatever the number of layers (x * 1.0 is x, bit for bit)
                 copies = list(torch._foreach_mul(view.weights, 1.0))
-            self._previous = (copies, reductions.norms(copies, 2))
+            self._previous = (copies, self._summaries(copies, ("l2",))["l2"])
         return {"update_l2": updates, "update_base_l2": bases}
 
     def finalize(self, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -13,5 +13,9 @@ class WeightNorm(IterationStatistic):
     nonfinite_kinds = {"weight_l2": "weight"}
     shard_ops = {"weight_l2": "l2"}
 
-    def compute(self, view: IterationView) -> dict[str, list[torch.Tensor]]:
-        return {"weight_l2": reductions.norms(view.weights, 2)}
+    def __init__(self, layers: list[str]):
+        super().__init__(layers)
+        self._summaries = reductions.Summaries()
+
+    def compute(self, view: IterationView) -> dict[str, torch.Tensor]:
+        return {"weight_l2": self._summaries(view.weights, ("l2",))["l2"]}

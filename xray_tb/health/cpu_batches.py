@@ -1,0 +1,104 @@
+"""On a CPU, small tensors of one shape reduced together, as the rows of one matrix.
+
+A reduction call on a CPU costs a few microseconds of dispatch, more than summing a few thousand values:
+on a model of a thousand small layers, one call per tensor and statistic cost tens of milliseconds per
+measured iteration. Here the tensors of at most :data:`SMALL` values that share a shape and a dtype are
+copied, up to :data:`BATCH` values at a time, into one ``k × n`` matrix (one ``cat``) and reduced along
+its rows: a fixed number of calls per batch, whatever ``k``. Larger tensors are reduced one by one, as
+their cost is their bytes. A batch's copy is made per call and freed after it (at most :data:`BATCH`
+values): nothing is held between iterations.
+"""
+
+from __future__ import annotations
+
+import array
+import operator
+from typing import Sequence
+
+import torch
+
+#: Tensors of at most this many values are batched with others of their shape.
+SMALL = 1 << 14
+#: The most values one batch copies (256 KiB of float32: it stays in the cache while its rows are reduced).
+BATCH = 1 << 16
+
+
+_PLANS: dict = {}
+_shape, _dtype, _device = operator.attrgetter("shape"), operator.attrgetter("dtype"), operator.attrgetter("device")
+
+
+def plan(tensors: list[torch.Tensor]) -> tuple[list[Sequence[int]], Sequence[int]]:
+    """The batches (positions of small tensors of one shape, dtype and device, two or more each) and the
+    positions reduced one by one (large or empty tensors, and shapes seen once), in input order. Made
+    once per list of shapes, dtypes and devices (a training loop's are the same each iteration), and
+    kept compact: a ``range`` or an array of 4-byte positions, under the hash of that list (the list
+    itself would hold an object per tensor)."""
+    key = hash((tuple(map(_shape, tensors)), tuple(map(_dtype, tensors)), tuple(map(_device, tensors))))
+    found = _PLANS.get(key)
+    if found is None:
+        if len(_PLANS) >= 16:  # a handful of lists per model (gradients, weights, a shard's)
+            _PLANS.clear()
+        batches, singles = _plan(tensors)
+        found = _PLANS[key] = ([_compact(positions) for positions in batches], _compact(singles))
+    return found
+
+
+def _compact(positions: list[int]) -> Sequence[int]:
+    if positions and positions[-1] - positions[0] + 1 == len(positions):
+        return range(positions[0], positions[-1] + 1)
+    return array.array("i", positions)
+
+
+def _plan(tensors: list[torch.Tensor]) -> tuple[list[list[int]], list[int]]:
+    by_kind: dict = {}
+    singles: list[int] = []
+    for index, tensor in enumerate(tensors):
+        size = tensor.numel()
+        if size == 0 or size > SMALL:
+            singles.append(index)
+        else:
+            by_kind.setdefault((tensor.shape, tensor.dtype, tensor.device), (size, []))[1].append(index)
+    batches: list[list[int]] = []
+    for size, positions in by_kind.values():
+        if len(positions) < 2:
+            singles.extend(positions)
+            continue
+        per = max(2, BATCH // size)
+        batches.extend(positions[start:start + per] for start in range(0, len(positions), per))
+    return batches, sorted(singles)
+
+
+def matrix(tensors: list[torch.Tensor], positions: Sequence[int]) -> torch.Tensor:
+    """The tensors at ``positions`` (one shape) as the rows of one ``k × n`` matrix (a copy)."""
+    members = [tensors[i] for i in positions]
+    if members[0].dim() == 0:
+        return torch.stack(members).view(len(members), 1)
+    return torch.cat(members).reshape(len(members), -1)
+
+
+def row_reductions(x: torch.Tensor, wanted: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """Of each row of ``x``, in float32: ``"sum"``, ``"l1"``, ``"l2"`` and ``"absmax"`` (NaN propagates)."""
+    out: dict[str, torch.Tensor] = {}
+    if "sum" in wanted:
+        out["sum"] = x.sum(1, dtype=torch.float32)
+    if "l1" in wanted or "absmax" in wanted:
+        magnitudes = x.abs()
+        if "l1" in wanted:
+            out["l1"] = magnitudes.sum(1, dtype=torch.float32)
+        if "absmax" in wanted:
+            out["absmax"] = magnitudes.amax(1).float()
+    if "l2" in wanted:
+        half = x.dtype in (torch.float16, torch.bfloat16)  # accumulated in float32; a wider dtype as it is
+        out["l2"] = torch.linalg.vector_norm(x, 2, dim=1, dtype=torch.float32 if half else None).float()
+    return out
+
+
+def total(tensors: list[torch.Tensor]) -> float:
+    """The sum of every value of ``tensors`` on the host (float32 per tensor or batch, added in float64):
+    finite exactly when every value is, unless a sum overflows."""
+    batches, singles = plan(tensors)
+    parts = [matrix(tensors, positions).sum(dtype=torch.float32) for positions in batches]
+    parts.extend(tensors[i].sum(dtype=torch.float32) for i in singles)
+    if not parts:
+        return 0.0
+    return float(torch.stack(parts).sum(dtype=torch.float64))
