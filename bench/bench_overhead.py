@@ -46,7 +46,10 @@ model instance and optimizer, nothing of the variant called, Xray's and the user
 disarmed), and its own loop switched on; in that order in even rounds and in the reverse order in
 odd ones, so that a machine whose speed drifts during the run does not bias every round's ratios the
 same way. "vs own" is the median over rounds of on / off: the variant's cost with model-instance
-effects (memory placement, caches) cancelled. "vs plain" is on / the plain window of its round. With --clock wall, times are wall-clock seconds instead (what a user's
+effects (memory placement, caches) cancelled. "vs plain" is on / the plain window of its round. The
+plain loop runs as --plain-copies instances (default 3) of the same model, taken in turn: on a 2-core
+VM with 2 intra-op threads, instances of one model differ by up to 15% in time per step, and the
+script prints that spread, the noise floor of every "vs plain" ratio. With --clock wall, times are wall-clock seconds instead (what a user's
 training takes; a noisy VM moves them more). By default times are process CPU time: every thread of ours (the event writer's and
 wandb's in-process threads included; wandb's separate service process is not counted), nothing of
 other tenants. Each model ends with lines naming the cheapest variant, whether Xray's defaults cost
@@ -102,6 +105,7 @@ XRAY_VARIANTS = {
 }
 # the variants whose take_graphs() is called on every step (manual calls it on due steps only)
 TAKE_EACH_STEP = {variant for variant in XRAY_VARIANTS if variant != "manual"}
+PLAIN = "plain"
 # the peers: the tools a user would pick instead of Xray for the same view (Xray's defaults must cost less)
 OTHER_VARIANTS = ["wandb", "hooks", "histograms"]
 
@@ -284,6 +288,14 @@ class Loop:
             wandb.finish()
 
 
+def _spread(per_copy: dict[str, list[float]]):
+    """How far apart the plain instances' medians are (max / min - 1), None with one instance."""
+    if len(per_copy) < 2:
+        return None
+    medians = [statistics.median(times) for times in per_copy.values()]
+    return max(medians) / min(medians) - 1
+
+
 def wandb_version() -> str | None:
     try:
         import wandb
@@ -303,6 +315,8 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=10, help="capture frequency of every variant (default 10)")
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu", help="process CPU time (default) or wall-clock time")
+    parser.add_argument("--plain-copies", type=int, default=3,
+                        help="instances of the plain loop, taken in turn as each window's plain one (default 3)")
     args = parser.parse_args()
     EVERY = args.every
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
@@ -321,7 +335,10 @@ def main() -> None:
             wanted.remove("wandb")
         else:
             print(f"wandb {version}, offline")
-    variants = ["plain", *wanted]
+    if args.plain_copies < 1:
+        parser.error("--plain-copies must be at least 1")
+    copies = [PLAIN, *(f"{PLAIN}#{index + 1}" for index in range(1, args.plain_copies))]
+    variants = [*copies, *wanted]
     others = wanted
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, every={EVERY}, "
@@ -333,6 +350,7 @@ def main() -> None:
         title, make_model, sample_shape, make_batches = MODELS[model_key]
         data = make_batches(max(args.steps, warmup))
         window_data, warm_data = data[: args.steps], data[:warmup]
+        per_copy: dict[str, list[float]] = {}  # each plain instance's windows
         on = {variant: [] for variant in others}
         own_off = {variant: [] for variant in others}
         plain_next_to = {variant: [] for variant in others}
@@ -341,21 +359,31 @@ def main() -> None:
             for loop in loops.values():
                 loop.window(warm_data)  # warm-up, first captures included
             for round_index in range(args.rounds):
-                for variant in order.sample(others, len(others)):
+                for index, variant in enumerate(order.sample(others, len(others))):
                     # plain, off, on in even rounds and on, off, plain in odd ones: a machine whose speed
-                    # drifts over the run biases the ratios one way, then the other (their median cancels it)
-                    windows = [("plain", plain_next_to, True), (variant, own_off, False), (variant, on, True)]
+                    # drifts over the run biases the ratios one way, then the other (their median cancels it);
+                    # the plain copies take turns, so that no variant is compared with one instance only
+                    plain_copy = copies[(round_index + index) % len(copies)]
+                    windows = [(plain_copy, plain_next_to, True), (variant, own_off, False), (variant, on, True)]
                     for name, times, instrumented in windows[::-1] if round_index % 2 else windows:
-                        times[variant].append(loops[name].window(window_data, instrumented=instrumented))
+                        elapsed = loops[name].window(window_data, instrumented=instrumented)
+                        times[variant].append(elapsed)
+                        if name == plain_copy:
+                            per_copy.setdefault(name, []).append(elapsed)
             for loop in loops.values():
                 loop.close()
         plain = statistics.median(t for ts in plain_next_to.values() for t in ts) if others else float("nan")
         print(f"\n{model_key}: {title}; {'CPU' if args.clock == 'cpu' else 'wall-clock'} time per step, median over {args.rounds} rounds")
+        spread = _spread(per_copy)
+        if spread is not None:
+            medians = ", ".join(f"{statistics.median(times) * 1e3:.3f}" for times in per_copy.values())
+            print(f"{len(per_copy)} instances of the plain loop, ms/step {medians}: they differ by up to {spread:.1%}, "
+                  f"the noise floor of 'vs plain' (an instance's memory placement); 'vs own' cancels it")
         print(f"{'variant':<13} {'ms/step':>8} {'vs own':>7} {'vs plain':>8}")
         print(f"{'plain':<13} {plain * 1e3:8.3f} {1:7.3f} {1:8.3f}")
-        versus = {}
+        versus, own_ratio = {}, {}
         for variant in others:
-            own = statistics.median(v / o for v, o in zip(on[variant], own_off[variant]))
+            own = own_ratio[variant] = statistics.median(v / o for v, o in zip(on[variant], own_off[variant]))
             versus[variant] = statistics.median(v / p for v, p in zip(on[variant], plain_next_to[variant]))
             own_text = "   --  " if variant == "wandb" else f"{own:7.3f}"
             print(f"{variant:<13} {statistics.median(on[variant]) * 1e3:8.3f} {own_text} {versus[variant]:8.3f}")
@@ -370,7 +398,9 @@ def main() -> None:
                   f"({versus['defaults']:.3f}x against {peers[rival]:.3f}x for {rival})")
         if "defaults" in versus:
             verdict = "yes" if versus["defaults"] <= 1.10 else "NO"
-            print(f"Xray defaults (health on, every={EVERY}) <= 1.10x plain on {model_key}: {verdict} ({versus['defaults']:.3f}x)")
+            floor = "" if spread is None else f"; the plain instances differ by up to {spread:.1%}"
+            print(f"Xray defaults (health on, every={EVERY}) <= 1.10x plain on {model_key}: {verdict} ({versus['defaults']:.3f}x"
+                  f"{floor}; {own_ratio['defaults']:.3f}x against its own loop)")
         summary.append((model_key, versus))
     if len(summary) > 1 and others:
         print(f"\nsummary, ratio vs plain (every={EVERY}, {torch.get_num_threads()} threads)")
