@@ -48,11 +48,11 @@ def test_every_statistic_of_a_batched_tensor_equals_its_own(monkeypatch, batch):
     monkeypatch.setattr(cpu_batches, "_PLANS", {})
     tensors = mixed_tensors()
     batches, singles = cpu_batches.plan(tensors)
-    assert len(batches) >= 5 and all(len(positions) >= 2 for positions in batches)
+    assert len(batches) >= 4 and all(len(positions) >= cpu_batches.MIN_BATCH for positions in batches)
     assert sorted([i for positions in batches for i in positions] + list(singles)) == list(range(len(tensors)))
     for positions in batches:
         assert len({(tensors[i].shape, tensors[i].dtype) for i in positions}) == 1
-        assert len(positions) * tensors[positions[0]].numel() <= max(batch, 2 * tensors[positions[0]].numel())
+        assert len(positions) * tensors[positions[0]].numel() <= max(batch, cpu_batches.MIN_BATCH * tensors[positions[0]].numel())
     values = reductions.Summaries()(tensors, WANTED)
     for name in WANTED:
         assert values[name].dtype == torch.float32 and values[name].shape == (len(tensors),)

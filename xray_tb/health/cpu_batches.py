@@ -19,6 +19,8 @@ import torch
 
 #: Tensors of at most this many values are batched with others of their shape.
 SMALL = 1 << 14
+#: The fewest tensors a batch holds: a pair costs more batched (a copy, then the reductions) than one by one.
+MIN_BATCH = 4
 #: The most values one batch copies (256 KiB of float32: it stays in the cache while its rows are reduced).
 BATCH = 1 << 16
 
@@ -28,8 +30,9 @@ _shape, _dtype, _device = operator.attrgetter("shape"), operator.attrgetter("dty
 
 
 def plan(tensors: list[torch.Tensor]) -> tuple[list[Sequence[int]], Sequence[int]]:
-    """The batches (positions of small tensors of one shape, dtype and device, two or more each) and the
-    positions reduced one by one (large or empty tensors, and shapes seen once), in input order. Made
+    """The batches (positions of small tensors of one shape, dtype and device, :data:`MIN_BATCH` or more
+    each) and the positions reduced one by one (large or empty tensors, and shapes seen less often), in
+    input order. Made
     once per list of shapes, dtypes and devices (a training loop's are the same each iteration), and
     kept compact: a ``range`` or an array of 4-byte positions, under the hash of that list (the list
     itself would hold an object per tensor)."""
@@ -60,11 +63,13 @@ def _plan(tensors: list[torch.Tensor]) -> tuple[list[list[int]], list[int]]:
             by_kind.setdefault((tensor.shape, tensor.dtype, tensor.device), (size, []))[1].append(index)
     batches: list[list[int]] = []
     for size, positions in by_kind.values():
-        if len(positions) < 2:
-            singles.extend(positions)
-            continue
-        per = max(2, BATCH // size)
-        batches.extend(positions[start:start + per] for start in range(0, len(positions), per))
+        per = max(MIN_BATCH, BATCH // size)
+        for start in range(0, len(positions), per):
+            chunk = positions[start:start + per]
+            if len(chunk) >= MIN_BATCH:
+                batches.append(chunk)
+            else:
+                singles.extend(chunk)
     return batches, sorted(singles)
 
 
@@ -97,8 +102,9 @@ def total(tensors: list[torch.Tensor]) -> float:
     """The sum of every value of ``tensors`` on the host (float32 per tensor or batch, added in float64):
     finite exactly when every value is, unless a sum overflows."""
     batches, singles = plan(tensors)
-    parts = [matrix(tensors, positions).sum(dtype=torch.float32) for positions in batches]
-    parts.extend(tensors[i].sum(dtype=torch.float32) for i in singles)
-    if not parts:
-        return 0.0
-    return float(torch.stack(parts).sum(dtype=torch.float64))
+    total = 0.0  # read per sum: on a CPU a float() costs less than stacking the sums first
+    for positions in batches:
+        total += float(matrix(tensors, positions).sum(dtype=torch.float32))
+    for index in singles:
+        total += float(tensors[index].sum(dtype=torch.float32))
+    return total

@@ -1,0 +1,114 @@
+"""Where a training step's time goes, phase by phase, with and without Xray, side by side in one run.
+
+    python bench/loop_phases.py                         # mlp-wide, 6 rounds of 200 steps, wall time
+    python bench/loop_phases.py --models lenet,mlp-wide --rounds 6 --steps 200
+
+The models and data are bench_overhead.py's. Three instances of each model train in alternating
+windows (the order reversed every other round): the plain loop, Xray with ``health=False`` and Xray at
+its defaults, each capturing every --every steps. Every phase of every step is timed with
+``time.perf_counter`` (wall time, what the training waits for): ``zero_grad``, forward, backward,
+``take_graphs()`` and the optimizer step. The first round is a warm-up. The script prints each
+phase's mean in milliseconds and the total, and the share of the plain loop's total that
+``take_graphs()`` takes: the part of Xray's cost that does not depend on which instance of the model
+runs faster (forward and backward move by several percent between instances on a small VM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import bench_overhead  # noqa: E402
+from xray_tb import Xray  # noqa: E402
+
+PHASES = ("zero_grad", "forward", "backward", "take_graphs", "step")
+VARIANTS = ("plain", "health-off", "defaults")
+
+
+def loops(make_model, example: torch.Tensor, every: int, logdir: str) -> dict:
+    out = {}
+    for variant in VARIANTS:
+        torch.manual_seed(0)
+        model = make_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        xray = None
+        if variant != "plain":
+            options = {"health": False} if variant == "health-off" else {}
+            xray = Xray(model, example, logdir=f"{logdir}/{variant}", every=every, **options)
+        out[variant] = (model, optimizer, xray)
+    return out
+
+
+def window(model, optimizer, xray, data, times: dict) -> None:
+    clock = time.perf_counter
+    gc.collect()
+    for x, y in data:
+        t0 = clock()
+        optimizer.zero_grad()
+        t1 = clock()
+        loss = F.cross_entropy(model(x), y)
+        t2 = clock()
+        loss.backward()
+        t3 = clock()
+        if xray is not None:
+            xray.take_graphs()
+        t4 = clock()
+        optimizer.step()
+        t5 = clock()
+        for phase, seconds in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)):
+            times[phase].append(seconds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="mlp-wide", help=f"comma-separated: {', '.join(bench_overhead.MODELS)}")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--every", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    unknown = [m for m in args.models.split(",") if m not in bench_overhead.MODELS]
+    if unknown:
+        parser.error(f"unknown models {unknown}; known: {', '.join(bench_overhead.MODELS)}")
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, every={args.every}, "
+          f"{args.rounds} rounds of {args.steps} steps (the first a warm-up), wall time, mean ms per step")
+    for key in args.models.split(","):
+        title, make_model, _, make_batches = bench_overhead.MODELS[key]
+        data = make_batches(args.steps)
+        with tempfile.TemporaryDirectory() as logdir:
+            built = loops(make_model, data[0][0], args.every, logdir)
+            times = {variant: {phase: [] for phase in PHASES} for variant in VARIANTS}
+            for round_index in range(args.rounds):
+                order = VARIANTS if round_index % 2 == 0 else VARIANTS[::-1]
+                for variant in order:
+                    target = times[variant] if round_index else {phase: [] for phase in PHASES}
+                    window(*built[variant], data, target)
+            for _, _, xray in built.values():
+                if xray is not None:
+                    xray.close()
+        print(f"\n{key}: {title}")
+        print(f"{'variant':<11}" + "".join(f" {phase:>11}" for phase in PHASES) + f" {'total':>8}")
+        totals = {}
+        for variant in VARIANTS:
+            means = {phase: statistics.mean(values) * 1e3 for phase, values in times[variant].items()}
+            totals[variant] = sum(means.values())
+            print(f"{variant:<11}" + "".join(f" {means[phase]:11.3f}" for phase in PHASES) + f" {totals[variant]:8.3f}")
+        for variant in VARIANTS[1:]:
+            take = statistics.mean(times[variant]["take_graphs"]) * 1e3
+            print(f"{variant}: take_graphs() {take:.3f} ms a step = {take / totals['plain']:.1%} of the plain step; "
+                  f"total {totals[variant] / totals['plain']:.3f}x the plain loop")
+
+
+if __name__ == "__main__":
+    main()
