@@ -38,13 +38,18 @@ def _train(model, xray, data, optimizer, every_call=True, due=None):
     return expected, weights_before
 
 
-def test_every_iteration_matches_numpy_read_back_from_the_event_files(tmp_path):
-    model = relu_mlp()
+SAME_SHAPE = (16, 16, 16, 16, 16, 16, 16, 4)  # six Linear(16, 16): reduced as one batch on a CPU (health.cpu_batches)
+
+
+@pytest.mark.parametrize("sizes", [(16, 32, 16, 4), SAME_SHAPE], ids=["shapes-differ", "six-of-one-shape"])
+def test_every_iteration_matches_numpy_read_back_from_the_event_files(tmp_path, sizes):
+    model = relu_mlp(sizes=sizes)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10, health=HealthOptions(every=1, update_every=1)) as xray:
         expected, before = _train(model, xray, batches(STEPS), optimizer)
     written = scalars(tmp_path)
-    assert {layer for layer, _ in written} == {"0", "2", "4"}
+    names = [str(2 * i) for i in range(len(sizes) - 1)]
+    assert {layer for layer, _ in written} == set(names)
     for (layer, stat), by_step in expected.items():
         got = written[(layer, stat)]
         assert sorted(got) == list(range(STEPS)), (layer, stat)
@@ -61,7 +66,7 @@ def test_every_iteration_matches_numpy_read_back_from_the_event_files(tmp_path):
             assert ratios[step] == pytest.approx(want, rel=1e-4)
     # The full series (plugin data, kept whole) holds the same numbers, layers in dataflow order.
     layers, steps, values = open_run(tmp_path).health("grad_l2")
-    assert layers == ["0", "2", "4"] and list(steps) == list(range(STEPS))
+    assert layers == names and list(steps) == list(range(STEPS))
     for row, layer in enumerate(layers):
         np.testing.assert_allclose(values[row], [expected[(layer, "grad_l2")][s] for s in range(STEPS)], rtol=1e-5)
 
