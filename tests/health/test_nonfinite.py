@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -72,3 +73,24 @@ def test_a_model_driven_to_blow_up_is_flagged_no_later_than_its_first_non_finite
     flagged = [f for f in findings if f.rule in ("exploding_gradient", "nonfinite")]
     assert flagged and min(f.step for f in flagged) <= seen_nonfinite
     assert any(f.rule == "exploding_gradient" and f.step < seen_nonfinite for f in flagged)
+
+
+@pytest.mark.parametrize("plant, step, layer, kind", [("grad", 17, "6", "weight_grad"), ("weight", 23, "4", "weight")])
+def test_a_nan_among_many_layers_of_one_shape_is_named_at_its_step_and_layer_at_the_default_pace(tmp_path, plant, step, layer, kind):
+    """Six Linear(16, 16) layers, whose gradients and weights the CPU sentinel sums as one batch
+    (health.cpu_batches): the batch's sum trips, and each tensor is then checked on its own."""
+    model = relu_mlp(sizes=(16, 16, 16, 16, 16, 16, 16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    target = model[int(layer)].weight
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10) as xray:
+        for index, (x, y) in enumerate(batches(30)):
+            if plant == "weight" and index == step:
+                with torch.no_grad():
+                    target[5, 2] = float("inf")
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            if plant == "grad" and index == step:
+                target.grad[2, 3] = float("nan")
+            xray.take_graphs()
+            optimizer.step()
+        assert xray.first_nonfinite == NonFinite(step=step, layer=layer, kind=kind)
