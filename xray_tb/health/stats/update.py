@@ -13,7 +13,7 @@ memory for the whole run: 500 MB on a GPT-2 small).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 import torch
@@ -32,9 +32,10 @@ class UpdateRatio(IterationStatistic):
         self._previous: Optional[tuple[list[torch.Tensor], torch.Tensor]] = None
         self._summaries = reductions.Summaries()
 
-    def compute(self, view: IterationView) -> dict[str, object]:
-        updates: object = [None] * len(view.weights)
-        bases: list = list(updates)
+    def compute(self, view: IterationView) -> dict[str, Union[list, torch.Tensor]]:
+        """Both norms as vectors at the iteration after a copy; lists of None (no value) otherwise."""
+        updates: Union[list, torch.Tensor] = [None] * len(view.weights)
+        bases: Union[list, torch.Tensor] = list(updates)
         if self._previous is not None:
             before, norms = self._previous
             if len(before) == len(view.weights) and all(b.shape == w.shape for b, w in zip(before, view.weights)):
