@@ -14,7 +14,8 @@ slower and every ratio to it look better than it is). For each, side by side:
 
 * fwd+bwd: one plain forward + ``sum().backward()`` (min of ``--repeats`` after a warm-up);
 * trace: ``xray_tb.trace.tracer.trace`` (min of ``--repeats``), and its ratio to fwd+bwd;
-* Xray(): construction with the defaults (trace, drafted plan, health), once, and its ratio;
+* Xray(): construction with the defaults (trace, drafted plan, health), min of ``--repeats`` (as the
+  two above: a single one moved by a third between runs on the 2-core VM), and its ratio;
 * plan: the drafted plan's layers with something to record, and its kinds (count per kind);
 * capture: one ``take_graphs()`` after a training step at the defaults (16 MiB budget): time,
   bytes written, frames, frames skipped for the budget;
@@ -114,9 +115,14 @@ def measure(name: str, repeats: int) -> dict:
     traces = [_seconds(lambda: trace(model, (x,))) for _ in range(repeats)]
     before = _peak_rss_bytes()
     with tempfile.TemporaryDirectory() as logdir:
-        start = time.perf_counter()
-        xray = Xray(model, x, logdir=logdir)
-        construct = time.perf_counter() - start
+        constructions = []
+        for attempt in range(repeats):  # each a run of its own; the last one captures
+            start = time.perf_counter()
+            xray = Xray(model, x, logdir=f"{logdir}/{attempt}")
+            constructions.append(time.perf_counter() - start)
+            if attempt < repeats - 1:
+                xray.close()
+        construct = min(constructions)
         plan = xray.plan
         kinds = collections.Counter(kind for entry in plan.values() for kind, on in entry.items() if on)
         layers = sum(1 for entry in plan.values() if any(entry.values()))
@@ -202,7 +208,7 @@ def _held(r: dict) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs of fwd+bwd and of trace (default 3)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs of fwd+bwd, trace and Xray() (default 3)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child process: one model, JSON out
     args = parser.parse_args()
     if args.one:
