@@ -89,12 +89,12 @@ class NonFiniteSentinel:
                     self.versions = WeightVersions()
             if self._on_cpu:  # the common CPU case first, with as little Python as possible
                 # a sparse gradient (nn.Embedding(sparse=True)): the values it stores
-                summed = [t if t.layout == torch.strided else stored_values(t) for t in grads if t is not None]
+                summed = [v for t in grads if t is not None and (v := t if t.layout == torch.strided else stored_values(t)) is not None]
                 # the weights, but those unchanged since found finite, or only stepped from there
                 clean = self.versions.clean(weights) if self.versions is not None else frozenset()
                 summed.extend(t for i, t in enumerate(weights) if i not in clean)
                 # one sum per large tensor, one per batch of small ones (a float16 sum would overflow: float32)
-                if math.isfinite(cpu_batches.total([t for t in summed if t is not None])):
+                if math.isfinite(cpu_batches.total(summed)):
                     if self.versions is not None:
                         self.versions.checked(weights, grads)
                     self.overflows.clean()
