@@ -32,7 +32,21 @@ def test_reductions_equal_numpy_references():
     flat, total, square_total, low, high = reductions.whole(tensor)
     assert flat.shape == (tensor.numel(),) and (low, high) == (values.min(), values.max())
     assert total == pytest.approx(values.sum(), rel=1e-6) and square_total == pytest.approx((values ** 2).sum(), rel=1e-6)
-    assert reductions.channel_sums(torch.randn(4, 3), 1) is None  # no positions after the channel: the reader's own path
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (8, 5), (37, 6), (128, 1024), (3, 5, 4, 1, 1)])
+def test_channel_sums_of_a_linear_layers_features_are_float64_accurate(shape):
+    """With nothing after the channel (a linear layer's features, a 1x1 map), the sums go over the rows,
+    a few at a time in float32, then in float64: as close to float64 sums as the conv path's."""
+    generator = torch.Generator().manual_seed(len(shape))
+    tensor = torch.randn(*shape, generator=generator) * 3 + 100  # a large mean: float32 rows drift
+    dim = 1 if len(shape) == 2 else 2
+    values = np.moveaxis(tensor.numpy().astype(np.float64), dim, -1).reshape(-1, shape[dim])
+    sums, squares, count = SharedReductions().channel_sums(tensor, dim)
+    assert count == values.shape[0]
+    np.testing.assert_allclose(sums, values.sum(axis=0), rtol=1e-7)
+    np.testing.assert_allclose(squares, (values ** 2).sum(axis=0), rtol=1e-7)
+    assert SharedReductions().channel_sums(torch.randn(1, 3), 1) is None  # one value a channel: no variance
 
 
 def test_whole_tensor_reductions_come_from_the_unit_ones_within_a_scope():

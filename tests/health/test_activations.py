@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -12,8 +14,9 @@ from torch.nn import functional as F
 
 from tb_plugin import health_metadata
 from xray_tb import Xray
+from xray_tb.capture.shared_reductions import SharedReductions
 from xray_tb.health import HealthOptions
-from xray_tb.health.stats.saturation import saturated_fraction
+from xray_tb.health.stats.saturation import saturated, saturated_fraction
 
 from tests.health.helpers import scalars, values_by_tag
 
@@ -61,6 +64,25 @@ def test_inputs_times_100_into_tanh_saturate_it_and_normal_inputs_do_not(tmp_pat
 def test_saturation_by_activation_type(activation, params, values, expected):
     result = saturated_fraction(activation, params, torch.tensor(values), margin=0.01)
     assert (result is None) if expected is None else float(result) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("activation, params", [("tanh", {}), ("Sigmoid", {}), ("Hardtanh", {"min_val": -2.0, "max_val": 2.0}),
+                                                 ("ReLU6", {}), ("Hardtanh", {"min_val": 1.0, "max_val": -1.0})])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_saturation_counted_through_shared_reductions_equals_the_torch_mask(activation, params, dtype):
+    """On a CPU the saturated share is counted from the shared reductions (nothing counted when the
+    extremes lie inside the bounds): the same number as the mask, with a NaN, at the bounds themselves
+    and for bounds that cross (the mask's own path)."""
+    generator = torch.Generator().manual_seed(0)
+    at_bounds = torch.tensor({"tanh": [0.99, -0.99], "Sigmoid": [0.01, 0.99], "ReLU6": [6.0, 0.0]}.get(activation, [2.0, -2.0]))
+    for scale, planted in [(0.05, None), (0.05, at_bounds), (0.05, at_bounds[1:]), (4.0, at_bounds), (4.0, torch.tensor([math.nan, 6.0]))]:
+        values = (torch.randn(64, 100, generator=generator) * scale).clamp(-1.9, 5.9)
+        values = torch.sigmoid(values * 3) if activation == "Sigmoid" else torch.tanh(values) if activation == "tanh" else values
+        if planted is not None:  # the extremes exactly at the bounds, or a NaN
+            values[0, :len(planted)] = planted
+        tensor = values.to(dtype)
+        shared = saturated_fraction(activation, params, tensor, 0.01, SharedReductions())
+        assert float(shared) == float(saturated(activation, params, tensor, 0.01).float().mean())
 
 
 def test_softmax_saturation_counts_rows_near_one_hot():

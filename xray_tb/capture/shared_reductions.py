@@ -28,6 +28,8 @@ import torch
 
 #: dtypes whose channel sums are taken without a copy (others are read as float32 copies).
 _SHARED_DTYPES = (torch.float32, torch.float64)
+#: Rows added in float32 before their sums are added in float64 (a linear layer's channel sums).
+ROW_BLOCK = 8
 
 
 class _Entry:
@@ -75,23 +77,30 @@ class SharedReductions:
     def channel_sums(self, tensor: torch.Tensor, dim: int) -> Optional[tuple[np.ndarray, np.ndarray, int]]:
         """For each index along ``dim``: the float64 sums of the values and of their squares over every
         other dimension, and how many values each sums. Taken along the contiguous positions after
-        ``dim`` first (a conv's), one pass each; None where there are none (``dim`` last), for a float
-        tensor not laid out contiguously in float32 or float64, and on an accelerator."""
+        ``dim`` first (a conv's), or, with none after it (a linear layer's features), over blocks of
+        :data:`ROW_BLOCK` rows in float32, then added in float64: one pass each. None for a float
+        tensor not laid out contiguously in float32 or float64, with fewer than two values a channel,
+        and on an accelerator."""
         entry = self._entry(tensor)
         if entry is None or not entry.values.size or tensor.dtype not in _SHARED_DTYPES or not tensor.is_contiguous():
             return None
         dim %= tensor.dim()
-        positions = math.prod(tensor.shape[dim + 1:])
-        if positions <= 1:
+        channels = tensor.shape[dim]
+        count = tensor.numel() // channels
+        if count < 2:
             return None
         found = entry.channels.get(dim)
         if found is None:
-            view = entry.values.reshape(-1, tensor.shape[dim], positions)
+            positions = math.prod(tensor.shape[dim + 1:])
             with np.errstate(all="ignore"):
-                sums = np.add.reduce(np.add.reduce(view, axis=2), axis=0, dtype=np.float64)
-                squares = np.add.reduce(np.einsum("lcp,lcp->lc", view, view), axis=0, dtype=np.float64)
+                if positions > 1:
+                    view = entry.values.reshape(-1, channels, positions)
+                    sums = np.add.reduce(np.add.reduce(view, axis=2), axis=0, dtype=np.float64)
+                    squares = np.add.reduce(np.einsum("lcp,lcp->lc", view, view), axis=0, dtype=np.float64)
+                else:
+                    sums, squares = _row_sums(entry.values.reshape(-1, channels))
             found = entry.channels[dim] = (sums, squares)
-        return found[0], found[1], tensor.numel() // tensor.shape[dim]
+        return found[0], found[1], count
 
     def extremes(self, tensor: torch.Tensor) -> Optional[tuple[float, float]]:
         """The tensor's minimum and maximum (NaN when it holds a NaN), its maximum taken from unit maxima
@@ -103,6 +112,26 @@ class SharedReductions:
             with np.errstate(all="ignore"):
                 _extremes(entry)
         return entry.low, entry.high
+
+    def count_outside(self, tensor: torch.Tensor, low: Optional[float], high: float) -> Optional[int]:
+        """How many values are at or below ``low`` (None: no lower bound) or at or above ``high`` (NaN is
+        neither), the bounds rounded to the dtype the values are read in (float64 for a float64 tensor,
+        else float32), as torch compares a tensor with a number; nothing is counted when the extremes
+        lie inside the bounds. None on an accelerator, or when ``low`` is not below ``high``."""
+        entry = self._entry(tensor)
+        if entry is None or (low is not None and not low < high):
+            return None
+        dtype = entry.values.dtype.type
+        high = dtype(high)
+        low = None if low is None else dtype(low)
+        extremes = self.extremes(tensor)
+        if extremes is None:  # empty
+            return 0
+        if extremes[1] < high and (low is None or extremes[0] > low):
+            return 0
+        with np.errstate(all="ignore"):
+            above = int(np.count_nonzero(entry.values >= high))
+            return above if low is None else above + int(np.count_nonzero(entry.values <= low))
 
     def whole(self, tensor: torch.Tensor) -> Optional[tuple[np.ndarray, float, float, float, float]]:
         """The tensor's flat values (float32 or float64, no copy where its dtype and layout allow), sum,
@@ -141,6 +170,21 @@ class SharedReductions:
         if found is None or found[0] != version:
             found = self._entries[key] = (version, _Entry(tensor))
         return found[1]
+
+
+def _row_sums(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each column's float64 sum of values and of squares: :data:`ROW_BLOCK` rows at a time in float32
+    (numpy adds rows one after another, so a block's error stays that of a few additions), the blocks'
+    sums and the rows left over in float64."""
+    blocks = len(rows) // ROW_BLOCK
+    head, tail = rows[:blocks * ROW_BLOCK].reshape(blocks, ROW_BLOCK, rows.shape[1]), rows[blocks * ROW_BLOCK:]
+    sums = np.add.reduce(np.add.reduce(head, axis=1), axis=0, dtype=np.float64)
+    squares = np.add.reduce(np.einsum("brc,brc->bc", head, head), axis=0, dtype=np.float64)
+    if len(tail):
+        wide = tail.astype(np.float64)
+        sums += np.add.reduce(wide, axis=0)
+        squares += np.einsum("rc,rc->c", wide, wide)
+    return sums, squares
 
 
 def _extremes(entry: _Entry) -> None:

@@ -19,13 +19,13 @@ from xray_tb.user_frame import user_stacklevel
 def channel_variances(tensor: torch.Tensor, dim: int, reductions: Optional[SharedReductions] = None) -> torch.Tensor:
     """The variance of ``tensor`` over every dimension but ``dim``, one value per index along ``dim``.
 
-    On a CPU, with dimensions after ``dim`` (a conv's positions), one pass: per-channel sums and sums
-    of squares, each reduced first along those contiguous dimensions (half the time of two passes;
-    through ``reductions``, whose sums the frame statistics of the same tensor reuse), falling back to
-    two passes where a channel's mean is large against its spread (cancellation) or a value is not
-    finite. Otherwise, and on an accelerator (where that check would cost a sync), two
-    passes (the mean, then the squared deviations from it): as stable as ``Tensor.var`` and faster
-    than its multi-dimension reduction.
+    On a CPU, for float32 and float64, one pass: per-channel sums and sums of squares, each reduced
+    first along the contiguous dimensions after ``dim`` (a conv's positions) or over a few rows at a
+    time (a linear layer's features) (half the time of two passes; through ``reductions``, whose sums
+    the frame statistics of the same tensor reuse), falling back to two passes where a channel's mean
+    is large against its spread (cancellation) or a value is not finite. Otherwise, and on an
+    accelerator (where that check would cost a sync), two passes (the mean, then the squared
+    deviations from it): as stable as ``Tensor.var`` and faster than its multi-dimension reduction.
     """
     dim = dim % tensor.dim()
     sums = (SharedReductions() if reductions is None else reductions).channel_sums(tensor, dim)  # float32 and float64 only

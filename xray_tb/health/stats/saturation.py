@@ -13,13 +13,37 @@ from typing import Optional
 
 import torch
 
+from xray_tb.capture.shared_reductions import SharedReductions
 from xray_tb.health.stats.base import ActivationStatistic, ActivationValue
 
 
-def saturated_fraction(activation: str, params: dict, tensor: torch.Tensor, margin: float) -> Optional[torch.Tensor]:
-    """The saturated share of ``tensor`` (0-d, on its device), or None when the activation has no bounds."""
+def saturated_fraction(activation: str, params: dict, tensor: torch.Tensor, margin: float,
+                       reductions: Optional[SharedReductions] = None) -> Optional[torch.Tensor]:
+    """The saturated share of ``tensor`` (0-d, on its device), or None when the activation has no bounds.
+    On a CPU, through ``reductions``: none when the tensor's extremes (shared with the frames and the
+    non-finite checks) lie inside the bounds, else two counting passes."""
+    found = bounds(activation, params, margin)
+    if found is not None and reductions is not None and tensor.dtype != torch.float64:  # torch compares in float32
+        count = reductions.count_outside(tensor, *found)
+        if count is not None:
+            return torch.tensor(count / tensor.numel(), dtype=torch.float32)
     hit = saturated(activation, params, tensor, margin)
     return None if hit is None else hit.float().mean()
+
+
+def bounds(activation: str, params: dict, margin: float) -> Optional[tuple[Optional[float], float]]:
+    """``(low, high)``: a value is saturated when at or below ``low`` (None: no lower bound) or at or
+    above ``high``; None for softmax (saturation by rows) and for activations without bounds."""
+    kind = activation.lower()
+    if kind in ("sigmoid", "hardsigmoid"):
+        return margin, 1 - margin
+    if kind in ("tanh", "softsign"):
+        return -(1 - margin), 1 - margin
+    if kind == "hardtanh":
+        return params.get("min_val", -1.0), params.get("max_val", 1.0)
+    if kind == "relu6":
+        return None, 6.0
+    return None
 
 
 def saturated(activation: str, params: dict, tensor: torch.Tensor, margin: float) -> Optional[torch.Tensor]:
@@ -55,7 +79,8 @@ class Saturation(ActivationStatistic):
         for value in values:
             result = None
             if value.activation is not None and value.activation.is_floating_point() and value.activation.numel():
-                result = saturated_fraction(value.layer.activation, value.layer.params, value.activation, self.margin)
+                result = saturated_fraction(value.layer.activation, value.layer.params, value.activation, self.margin,
+                                            value.reductions)
             out.append(result)
         return {"saturation": out}
 
