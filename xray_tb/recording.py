@@ -36,7 +36,9 @@ class Recording:
     def __init__(self, model: nn.Module, architecture: dict, sink: Optional[EventSink], run_id: str):
         self.model = model
         # Kept as compressed JSON (7 KB for a ResNet-50, against 300 KB of Python objects).
-        self._architecture = zlib.compress(json.dumps(architecture, separators=(",", ":"), check_circular=False).encode("utf-8"), 1)
+        encoded = json.dumps(architecture, separators=(",", ":"), check_circular=False).encode("utf-8")
+        self._architecture = zlib.compress(encoded, 1)
+        self._encoded: Optional[bytes] = encoded  # for the run's first write, then dropped (built())
         # The index over it is held while Xray is built (:meth:`built` lets go of it): afterwards only a plan
         # change asks for it, and it is built again from the compact copy (400 KB on 1,000 small layers).
         self._graph: Optional[Graph] = Graph(architecture)
@@ -69,8 +71,8 @@ class Recording:
         return graph
 
     def built(self) -> None:
-        """Construction is over: the graph index is no longer held."""
-        self._graph = None
+        """Construction is over: the graph index and the architecture's JSON are no longer held."""
+        self._graph = self._encoded = None
 
     @property
     def architecture(self) -> dict:
@@ -79,7 +81,7 @@ class Recording:
 
     def architecture_json(self) -> bytes:
         """The architecture document as compact JSON, as written to the run."""
-        return zlib.decompress(self._architecture)
+        return self._encoded if self._encoded is not None else zlib.decompress(self._architecture)
 
     def open(self, sink: EventSink) -> None:
         """Write through ``sink`` from now on (a recording made before its run is opened)."""

@@ -82,7 +82,8 @@ def normalize_plan(
             entry = _parse_entry(layer, plan[layer])
         else:
             entry = dict(draft[layer]) if any(draft[layer].values()) else _entry(output=True)
-        _check_kinds(layer, entry, index, modules[layer])
+        if any(entry.values()):  # an entry that records nothing has nothing to check (most of a big model's)
+            _check_kinds(layer, entry, index, modules[layer])
         result[layer] = entry
     return _shared_entries(result)
 

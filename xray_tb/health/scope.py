@@ -54,7 +54,10 @@ def bias_parameters(module: nn.Module) -> list[nn.Parameter]:
 
 
 def _own(module: nn.Module, keep) -> list[nn.Parameter]:
-    return [param for name, param in module._parameters.items() if isinstance(param, nn.Parameter) and keep(name.removesuffix("_orig"))]
+    parameters = module._parameters
+    if not parameters:  # most modules of a big model (activations, containers)
+        return []
+    return [param for name, param in parameters.items() if isinstance(param, nn.Parameter) and keep(name.removesuffix("_orig"))]
 
 
 def _is_bias_name(name: str) -> bool:
