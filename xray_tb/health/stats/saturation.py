@@ -23,7 +23,7 @@ def saturated_fraction(activation: str, params: dict, tensor: torch.Tensor, marg
     On a CPU, through ``reductions``: none when the tensor's extremes (shared with the frames and the
     non-finite checks) lie inside the bounds, else two counting passes."""
     found = bounds(activation, params, margin)
-    if found is not None and reductions is not None and tensor.dtype != torch.float64:  # torch compares in float32
+    if found is not None and reductions is not None and tensor.numel() and tensor.dtype != torch.float64:  # torch compares in float32
         count = reductions.count_outside(tensor, *found)
         if count is not None:
             return torch.tensor(count / tensor.numel(), dtype=torch.float32)
