@@ -91,6 +91,36 @@ def test_softmax_saturation_counts_rows_near_one_hot():
     assert float(saturated_fraction("Softmax", {"dim": 0}, rows.T, margin=0.01)) == 0.5
 
 
+def test_a_linear_layers_channel_variance_and_saturation_read_back_equal_numpy(tmp_path):
+    """Features last (a linear layer's activation): the per-feature variances and the saturation written
+    at each capture equal numpy's on the same activation (the blocked row sums, end to end)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 24), nn.Sigmoid(), nn.Linear(24, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    generator = torch.Generator().manual_seed(2)
+    variances, saturations = {}, {}
+    with Xray(model, input_size=(8,), logdir=str(tmp_path), every=2, health=HealthOptions(every=1)) as xray:
+        for step in range(5):
+            x, y = torch.randn(37, 8, generator=generator) * 10, torch.randint(0, 3, (37,), generator=generator)
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            if step % 2 == 0:
+                with torch.no_grad():
+                    activation = torch.sigmoid(model[0](x)).double().numpy()
+                variances[step] = activation.var(axis=0, ddof=1)
+                saturations[step] = float(((activation <= 0.01) | (activation >= 0.99)).mean())
+            xray.take_graphs()
+            optimizer.step()
+    vectors = values_by_tag(tmp_path, health_metadata.vector_tag("channel_var"))[health_metadata.vector_tag("channel_var")]
+    assert [step for step, _ in vectors] == [0, 2, 4]
+    for step, value in vectors:
+        decoded = health_metadata.decode_vectors(list(tensor_util.make_ndarray(value.tensor)))
+        np.testing.assert_allclose(decoded["0"], variances[step], rtol=1e-5)
+    saturation = scalars(tmp_path)[("0", "saturation")]
+    assert min(saturations.values()) > 0.05  # inputs scaled by 10: some units sit at the bounds
+    assert all(saturation[s] == pytest.approx(saturations[s], abs=1e-6) for s in saturations)
+
+
 def test_channel_variance_vectors_and_weight_histograms(tmp_path):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 36, 3))
