@@ -91,31 +91,49 @@ def test_softmax_saturation_counts_rows_near_one_hot():
     assert float(saturated_fraction("Softmax", {"dim": 0}, rows.T, margin=0.01)) == 0.5
 
 
+def _train(model: nn.Module, xray: Xray, batches: list, every: int, note) -> None:
+    """Train ``model`` on ``batches`` (SGD), calling ``note(step, x)`` (no grad) before each capture."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step, (x, y) in enumerate(batches):
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        if step % every == 0:
+            with torch.no_grad():
+                note(step, x)
+        xray.take_graphs()
+        optimizer.step()
+
+
+def _channel_var_vectors(logdir) -> dict[int, np.ndarray]:
+    """Layer ``"0"``'s per-channel variances at each health step, read back from the event files."""
+    tag = health_metadata.vector_tag("channel_var")
+    return {step: health_metadata.decode_vectors(list(tensor_util.make_ndarray(value.tensor)))["0"]
+            for step, value in values_by_tag(logdir, tag)[tag]}
+
+
+def _batches(steps: int, shape: tuple, scale: float, seed: int) -> list:
+    generator = torch.Generator().manual_seed(seed)
+    return [(torch.randn(*shape, generator=generator) * scale, torch.randint(0, 3, (shape[0],), generator=generator)) for _ in range(steps)]
+
+
 def test_a_linear_layers_channel_variance_and_saturation_read_back_equal_numpy(tmp_path):
     """Features last (a linear layer's activation): the per-feature variances and the saturation written
     at each capture equal numpy's on the same activation (the blocked row sums, end to end)."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 24), nn.Sigmoid(), nn.Linear(24, 3))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    generator = torch.Generator().manual_seed(2)
     variances, saturations = {}, {}
+
+    def note(step, x):
+        activation = torch.sigmoid(model[0](x)).double().numpy()
+        variances[step] = activation.var(axis=0, ddof=1)
+        saturations[step] = float(((activation <= 0.01) | (activation >= 0.99)).mean())
+
     with Xray(model, input_size=(8,), logdir=str(tmp_path), every=2, health=HealthOptions(every=1)) as xray:
-        for step in range(5):
-            x, y = torch.randn(37, 8, generator=generator) * 10, torch.randint(0, 3, (37,), generator=generator)
-            optimizer.zero_grad()
-            F.cross_entropy(model(x), y).backward()
-            if step % 2 == 0:
-                with torch.no_grad():
-                    activation = torch.sigmoid(model[0](x)).double().numpy()
-                variances[step] = activation.var(axis=0, ddof=1)
-                saturations[step] = float(((activation <= 0.01) | (activation >= 0.99)).mean())
-            xray.take_graphs()
-            optimizer.step()
-    vectors = values_by_tag(tmp_path, health_metadata.vector_tag("channel_var"))[health_metadata.vector_tag("channel_var")]
-    assert [step for step, _ in vectors] == [0, 2, 4]
-    for step, value in vectors:
-        decoded = health_metadata.decode_vectors(list(tensor_util.make_ndarray(value.tensor)))
-        np.testing.assert_allclose(decoded["0"], variances[step], rtol=1e-5)
+        _train(model, xray, _batches(5, (37, 8), 10.0, seed=2), 2, note)
+    vectors = _channel_var_vectors(tmp_path)
+    assert sorted(vectors) == [0, 2, 4]
+    for step, vector in vectors.items():
+        np.testing.assert_allclose(vector, variances[step], rtol=1e-5)
     saturation = scalars(tmp_path)[("0", "saturation")]
     assert min(saturations.values()) > 0.05  # inputs scaled by 10: some units sit at the bounds
     assert all(saturation[s] == pytest.approx(saturations[s], abs=1e-6) for s in saturations)
@@ -124,26 +142,19 @@ def test_a_linear_layers_channel_variance_and_saturation_read_back_equal_numpy(t
 def test_channel_variance_vectors_and_weight_histograms(tmp_path):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 36, 3))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    generator = torch.Generator().manual_seed(0)
     variances, weights = {}, {}
+
+    def note(step, x):
+        activation = F.relu(model[0](x)).double().numpy()
+        variances[step] = activation.transpose(1, 0, 2, 3).reshape(4, -1).var(axis=1, ddof=1)
+        weights[step] = {name: model[int(name)].weight.detach().numpy().copy() for name in ("0", "3")}
+
     with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=3, health=HealthOptions(every=1, histograms_every=1)) as xray:
-        for step in range(7):
-            x, y = torch.randn(16, 1, 6, 6, generator=generator), torch.randint(0, 3, (16,), generator=generator)
-            optimizer.zero_grad()
-            F.cross_entropy(model(x), y).backward()
-            if step % 3 == 0:
-                with torch.no_grad():
-                    activation = F.relu(model[0](x)).double().numpy()
-                variances[step] = activation.transpose(1, 0, 2, 3).reshape(4, -1).var(axis=1, ddof=1)
-                weights[step] = {name: model[int(name)].weight.detach().numpy().copy() for name in ("0", "3")}
-            xray.take_graphs()
-            optimizer.step()
-    vectors = values_by_tag(tmp_path, health_metadata.vector_tag("channel_var"))[health_metadata.vector_tag("channel_var")]
-    assert [step for step, _ in vectors] == [0, 3, 6]
-    for step, value in vectors:
-        decoded = health_metadata.decode_vectors(list(tensor_util.make_ndarray(value.tensor)))
-        np.testing.assert_allclose(decoded["0"], variances[step], rtol=1e-5)
+        _train(model, xray, _batches(7, (16, 1, 6, 6), 1.0, seed=0), 3, note)
+    vectors = _channel_var_vectors(tmp_path)
+    assert sorted(vectors) == [0, 3, 6]
+    for step, vector in vectors.items():
+        np.testing.assert_allclose(vector, variances[step], rtol=1e-5)
     channel_var = scalars(tmp_path)[("0", "channel_var")]
     assert all(channel_var[s] == pytest.approx(variances[s].mean(), rel=1e-5) for s in variances)
     # Weight histograms of the planned layers at each capture, in TensorBoard's histogram format.
