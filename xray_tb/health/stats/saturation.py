@@ -48,23 +48,16 @@ def bounds(activation: str, params: dict, margin: float) -> Optional[tuple[Optio
 
 def saturated(activation: str, params: dict, tensor: torch.Tensor, margin: float) -> Optional[torch.Tensor]:
     """Which values (rows, for softmax) of ``tensor`` are saturated, or None when the activation has no bounds."""
-    kind = activation.lower()
     values = tensor.float()
-    if kind in ("sigmoid", "hardsigmoid"):
-        hit = (values <= margin) | (values >= 1 - margin)
-    elif kind in ("tanh", "softsign"):
-        hit = values.abs() >= 1 - margin
-    elif kind == "hardtanh":
-        hit = (values <= params.get("min_val", -1.0)) | (values >= params.get("max_val", 1.0))
-    elif kind == "relu6":
-        hit = values >= 6.0
-    elif kind == "softmax":
+    if activation.lower() == "softmax":
         dim = params.get("dim")
-        dim = values.dim() - 1 if dim is None else dim
-        hit = values.amax(dim=dim) >= 1 - margin
-    else:
+        return values.amax(dim=values.dim() - 1 if dim is None else dim) >= 1 - margin
+    found = bounds(activation, params, margin)
+    if found is None:
         return None
-    return hit
+    low, high = found
+    hit = values >= high
+    return hit if low is None else hit | (values <= low)
 
 
 class Saturation(ActivationStatistic):
