@@ -49,6 +49,21 @@ def test_channel_sums_of_a_linear_layers_features_are_float64_accurate(shape):
     assert SharedReductions().channel_sums(torch.randn(1, 3), 1) is None  # one value a channel: no variance
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(16, 6, 28, 28), (64, 16, 10, 10), (2, 3, 5, 7, 9)])
+def test_channel_sums_of_a_convs_maps_are_float64_accurate(shape, dtype):
+    """A conv's channels: each map's positions summed first (torch's sum), its squares with einsum, then
+    the rows in float64: as close to float64 sums as the features' path, float64 tensors in float64."""
+    generator = torch.Generator().manual_seed(len(shape))
+    tensor = (torch.randn(*shape, generator=generator) * 3 + 100).to(dtype)
+    values = np.moveaxis(tensor.numpy().astype(np.float64), 1, -1).reshape(-1, shape[1])
+    sums, squares, count = SharedReductions().channel_sums(tensor, 1)
+    assert count == values.shape[0] and sums.dtype == squares.dtype == np.float64
+    rtol = 1e-7 if dtype == torch.float32 else 1e-12
+    np.testing.assert_allclose(sums, values.sum(axis=0), rtol=rtol)
+    np.testing.assert_allclose(squares, (values ** 2).sum(axis=0), rtol=rtol)
+
+
 def test_whole_tensor_reductions_come_from_the_unit_ones_within_a_scope():
     tensor = conv_activation(1)
     values = tensor.numpy().astype(np.float64)

@@ -77,7 +77,9 @@ class SharedReductions:
     def channel_sums(self, tensor: torch.Tensor, dim: int) -> Optional[tuple[np.ndarray, np.ndarray, int]]:
         """For each index along ``dim``: the float64 sums of the values and of their squares over every
         other dimension, and how many values each sums. Taken along the contiguous positions after
-        ``dim`` first (a conv's), or, with none after it (a linear layer's features), over blocks of
+        ``dim`` first (a conv's: torch's vectorised sum, about half the time of numpy's pairwise one
+        on a 28x28 map, and numpy's ``einsum`` for the squares, a third of torch's), or, with none
+        after it (a linear layer's features), over blocks of
         :data:`ROW_BLOCK` rows in float32, then added in float64: one pass each. None for a float
         tensor not laid out contiguously in float32 or float64, with fewer than two values a channel,
         and on an accelerator."""
@@ -93,9 +95,9 @@ class SharedReductions:
         if found is None:
             positions = math.prod(tensor.shape[dim + 1:])
             with np.errstate(all="ignore"):
-                if positions > 1:
+                if positions > 1:  # the positions' sums with torch (vectorised: half numpy's time), their squares' with einsum
                     view = entry.values.reshape(-1, channels, positions)
-                    sums = np.add.reduce(np.add.reduce(view, axis=2), axis=0, dtype=np.float64)
+                    sums = np.add.reduce(entry.tensor.view(-1, channels, positions).sum(2).numpy(), axis=0, dtype=np.float64)
                     squares = np.add.reduce(np.einsum("lcp,lcp->lc", view, view), axis=0, dtype=np.float64)
                 else:
                     sums, squares = _row_sums(entry.values.reshape(-1, channels))
