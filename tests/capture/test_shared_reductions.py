@@ -111,6 +111,34 @@ def test_a_nan_shows_in_every_reduction():
     assert stats["nonfinite"] == 1.0 and math.isnan(stats["mean"]) and math.isnan(stats["max"])
 
 
+@pytest.mark.parametrize("size", [1000, 5 * 32768])  # numpy's passes below TORCH_FROM values, torch's from it
+@pytest.mark.parametrize("planted", [None, math.nan, math.inf, -math.inf])
+def test_a_whole_tensors_extremes_and_sums_equal_numpys(size, planted):
+    """With and without unit maxima taken first: the minimum and maximum equal numpy's exactly, a NaN
+    shows in both and an infinity in its own, and the flat sum is numpy's float64 sum to float32 rounding."""
+    from xray_tb.capture.shared_reductions import TORCH_FROM
+
+    assert (size >= TORCH_FROM) == (size > 1000)
+    tensor = torch.randn(size // 20, 4, 5, generator=torch.Generator().manual_seed(size)) * 2 + 1
+    if planted is not None:
+        tensor[size // 40, 1, 3] = planted
+    values = tensor.numpy().astype(np.float64)
+    for maxima_first in (False, True):
+        with SharedReductions() as reductions:
+            if maxima_first:
+                reductions.unit_maxima(tensor, 1)
+            low, high = reductions.extremes(tensor)
+            total = reductions.whole(tensor)[1]
+        if planted is not None and math.isnan(planted):
+            assert math.isnan(low) and math.isnan(high) and math.isnan(total)
+            continue
+        assert (low, high) == (values.min(), values.max())
+        if planted is None:
+            assert total == pytest.approx(values.sum(), rel=1e-5, abs=1e-2)
+        else:
+            assert total == planted
+
+
 def test_frames_at_a_capture_reuse_what_health_reduced_and_stay_exact(tmp_path, monkeypatch):
     """Training health reduces the conv's activation first (dead units, channel variance); the frame's
     statistics are taken from those reductions and equal the activation's own."""
