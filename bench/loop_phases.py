@@ -2,8 +2,10 @@
 
     python bench/loop_phases.py                         # mlp-wide, 6 rounds of 200 steps, wall time
     python bench/loop_phases.py --models lenet,mlp-wide --rounds 6 --steps 200
+    python bench/loop_phases.py --models resnet50 --rounds 3 --steps 20 --every 5   # captures of a big CNN
 
-The models and data are bench_overhead.py's. Three instances of each model train in alternating
+The models and data are bench_overhead.py's, and ``resnet50``: bench_tab.py's ResNet-50 on random
+3x224x224 images, batch 4 (minutes per round on a small CPU: few steps). Three instances of each model train in alternating
 windows (the order reversed every other round): the plain loop, Xray with ``health=False`` and Xray at
 its defaults, each capturing every --every steps. Every phase of every step is timed with
 ``time.perf_counter`` (wall time, what the training waits for): ``zero_grad``, forward, backward,
@@ -29,9 +31,23 @@ from torch.nn import functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench_overhead  # noqa: E402
+from bench_tab import resnet50  # noqa: E402
 from xray_tb import Xray  # noqa: E402
 
 PHASES = ("zero_grad", "forward", "backward", "take_graphs", "step")
+
+
+def images(count: int, batch_size: int, shape: tuple, pool: int = 4) -> list:
+    """Random images of ``shape`` and labels (fixed seed), ``pool`` distinct batches cycled."""
+    generator = torch.Generator().manual_seed(0)
+    data = [(torch.randn(batch_size, *shape, generator=generator), torch.randint(0, 10, (batch_size,), generator=generator))
+            for _ in range(min(pool, count))]
+    return [data[i % len(data)] for i in range(count)]
+
+
+# bench_overhead's models, and a big CNN whose captures reduce large maps
+MODELS = {**bench_overhead.MODELS,
+          "resnet50": ("ResNet-50 3x224x224, batch 4", resnet50, (3, 224, 224), lambda count: images(count, 4, (3, 224, 224)))}
 VARIANTS = ("plain", "health-off", "defaults")
 
 
@@ -71,20 +87,20 @@ def window(model, optimizer, xray, data, times: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default="mlp-wide", help=f"comma-separated: {', '.join(bench_overhead.MODELS)}")
+    parser.add_argument("--models", default="mlp-wide", help=f"comma-separated: {', '.join(MODELS)}")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--every", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    unknown = [m for m in args.models.split(",") if m not in bench_overhead.MODELS]
+    unknown = [m for m in args.models.split(",") if m not in MODELS]
     if unknown:
-        parser.error(f"unknown models {unknown}; known: {', '.join(bench_overhead.MODELS)}")
+        parser.error(f"unknown models {unknown}; known: {', '.join(MODELS)}")
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, every={args.every}, "
           f"{args.rounds} rounds of {args.steps} steps (the first a warm-up), wall time, mean ms per step")
     for key in args.models.split(","):
-        title, make_model, _, make_batches = bench_overhead.MODELS[key]
+        title, make_model, _, make_batches = MODELS[key]
         data = make_batches(args.steps)
         with tempfile.TemporaryDirectory() as logdir:
             built = loops(make_model, data[0][0], args.every, logdir)
