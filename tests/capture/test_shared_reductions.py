@@ -115,7 +115,8 @@ def test_a_nan_shows_in_every_reduction():
 @pytest.mark.parametrize("planted", [None, math.nan, math.inf, -math.inf])
 def test_a_whole_tensors_extremes_and_sums_equal_numpys(size, planted):
     """With and without unit maxima taken first: the minimum and maximum equal numpy's exactly, a NaN
-    shows in both and an infinity in its own, and the flat sum is numpy's float64 sum to float32 rounding."""
+    shows in both and an infinity in its own, and the flat sums of the values and of their squares are
+    numpy's float64 ones to float32 rounding."""
     from xray_tb.capture.shared_reductions import TORCH_FROM
 
     assert (size >= TORCH_FROM) == (size > 1000)
@@ -128,15 +129,16 @@ def test_a_whole_tensors_extremes_and_sums_equal_numpys(size, planted):
             if maxima_first:
                 reductions.unit_maxima(tensor, 1)
             low, high = reductions.extremes(tensor)
-            total = reductions.whole(tensor)[1]
+            total, squares = reductions.whole(tensor)[1:3]
         if planted is not None and math.isnan(planted):
-            assert math.isnan(low) and math.isnan(high) and math.isnan(total)
+            assert math.isnan(low) and math.isnan(high) and math.isnan(total) and math.isnan(squares)
             continue
         assert (low, high) == (values.min(), values.max())
         if planted is None:
             assert total == pytest.approx(values.sum(), rel=1e-5, abs=1e-2)
+            assert squares == pytest.approx((values ** 2).sum(), rel=1e-6)
         else:
-            assert total == planted
+            assert total == planted and squares == math.inf
 
 
 def test_frames_at_a_capture_reuse_what_health_reduced_and_stay_exact(tmp_path, monkeypatch):

@@ -30,8 +30,9 @@ import torch
 _SHARED_DTYPES = (torch.float32, torch.float64)
 #: Rows added in float32 before their sums are added in float64 (a linear layer's channel sums).
 ROW_BLOCK = 8
-#: From this many values, a whole tensor's sum, minimum and maximum are torch's (vectorised, on its
-#: intra-op threads: half numpy's time); below it numpy's, whose call costs a few microseconds less.
+#: From this many values, a whole tensor's sums, minimum and maximum, and a conv's squares, are torch's
+#: (vectorised, on its intra-op threads: a half to a third of numpy's time); below it numpy's, whose
+#: call costs a few microseconds less.
 TORCH_FROM = 1 << 16
 
 
@@ -81,7 +82,8 @@ class SharedReductions:
         """For each index along ``dim``: the float64 sums of the values and of their squares over every
         other dimension, and how many values each sums. Taken along the contiguous positions after
         ``dim`` first (a conv's: torch's vectorised sum, about half the time of numpy's pairwise one
-        on a 28x28 map, and numpy's ``einsum`` for the squares, a third of torch's), or, with none
+        on a 28x28 map; the squares numpy's ``einsum`` below :data:`TORCH_FROM` values, else the
+        square of torch's L2 norm of each map, half the time, as close to float64), or, with none
         after it (a linear layer's features), over blocks of
         :data:`ROW_BLOCK` rows in float32, then added in float64: one pass each. None for a float
         tensor not laid out contiguously in float32 or float64, with fewer than two values a channel,
@@ -98,10 +100,15 @@ class SharedReductions:
         if found is None:
             positions = math.prod(tensor.shape[dim + 1:])
             with np.errstate(all="ignore"):
-                if positions > 1:  # the positions' sums with torch (vectorised: half numpy's time), their squares' with einsum
-                    view = entry.values.reshape(-1, channels, positions)
-                    sums = np.add.reduce(entry.tensor.view(-1, channels, positions).sum(2).numpy(), axis=0, dtype=np.float64)
-                    squares = np.add.reduce(np.einsum("lcp,lcp->lc", view, view), axis=0, dtype=np.float64)
+                if positions > 1:
+                    maps = entry.tensor.view(-1, channels, positions)
+                    sums = np.add.reduce(maps.sum(2).numpy(), axis=0, dtype=np.float64)
+                    if entry.values.size >= TORCH_FROM:
+                        map_squares = torch.linalg.vector_norm(maps, dim=2).double().square_().numpy()
+                    else:
+                        view = entry.values.reshape(-1, channels, positions)
+                        map_squares = np.einsum("lcp,lcp->lc", view, view)
+                    squares = np.add.reduce(map_squares, axis=0, dtype=np.float64)
                 else:
                     sums, squares = _row_sums(entry.values.reshape(-1, channels))
             found = entry.channels[dim] = (sums, squares)
@@ -141,9 +148,9 @@ class SharedReductions:
     def whole(self, tensor: torch.Tensor) -> Optional[tuple[np.ndarray, float, float, float, float]]:
         """The tensor's flat values (float32 or float64, no copy where its dtype and layout allow), sum,
         sum of squares, minimum and maximum. The sums come from channel sums computed before (added in
-        float64), else from one float32 pass each (the sum numpy's pairwise one, or torch's from
-        :data:`TORCH_FROM` values, and an ``einsum`` dot product, which wakes no BLAS threads); either
-        may overflow to infinity or be NaN: the reader checks. None on an accelerator or for an empty
+        float64), else from one float32 pass each (numpy's pairwise sum and ``einsum`` dot product,
+        or from :data:`TORCH_FROM` values torch's sum and ``dot``, a third of the time); either may
+        overflow to infinity or be NaN: the reader checks. None on an accelerator or for an empty
         tensor."""
         entry = self._entry(tensor)
         if entry is None or not entry.values.size:
@@ -156,8 +163,11 @@ class SharedReductions:
                         entry.total, entry.squares = float(np.add.reduce(channels[0])), float(np.add.reduce(channels[1]))
                     else:
                         values = entry.values
-                        entry.total = float(torch.from_numpy(values).sum() if values.size >= TORCH_FROM else np.add.reduce(values))
-                        entry.squares = float(np.einsum("i,i->", entry.values, entry.values))
+                        if values.size >= TORCH_FROM:
+                            flat = torch.from_numpy(values)
+                            entry.total, entry.squares = float(flat.sum()), float(torch.dot(flat, flat))
+                        else:
+                            entry.total, entry.squares = float(np.add.reduce(values)), float(np.einsum("i,i->", values, values))
                 if entry.low is None:
                     _extremes(entry)
         return entry.values, entry.total, entry.squares, entry.low, entry.high
