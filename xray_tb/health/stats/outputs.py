@@ -18,9 +18,9 @@ def nonfinite_flags(tensors: list[Optional[torch.Tensor]], reductions: Optional[
     """1.0 for each tensor holding a NaN or an infinity, else 0.0 (None for None or non-float ones).
 
     A NaN or an infinity shows in a tensor's minimum or maximum, and neither can overflow. On a CPU,
-    numpy's minimum and maximum through ``reductions`` (no copy, no wake-up of torch's thread pool, the
-    maximum taken from unit maxima computed before; a shared 0-d flag per answer); on an accelerator,
-    one ``aminmax`` per tensor, then one batched check of all of them.
+    the minimum and maximum through ``reductions`` (no copy; numpy's on small tensors, torch's on large
+    ones; the maximum taken from unit maxima computed before; a shared 0-d flag per answer); on an
+    accelerator, one ``aminmax`` per tensor, then one batched check of all of them.
     """
     indices = [i for i, t in enumerate(tensors) if t is not None and t.is_floating_point() and t.numel()]
     present = [tensors[i] for i in indices]
