@@ -162,12 +162,7 @@ class SharedReductions:
                     if channels is not None:
                         entry.total, entry.squares = float(np.add.reduce(channels[0])), float(np.add.reduce(channels[1]))
                     else:
-                        values = entry.values
-                        if values.size >= TORCH_FROM:
-                            flat = torch.from_numpy(values)
-                            entry.total, entry.squares = float(flat.sum()), float(torch.dot(flat, flat))
-                        else:
-                            entry.total, entry.squares = float(np.add.reduce(values)), float(np.einsum("i,i->", values, values))
+                        entry.total, entry.squares = _flat_sums(entry.values)
                 if entry.low is None:
                     _extremes(entry)
         return entry.values, entry.total, entry.squares, entry.low, entry.high
@@ -202,6 +197,15 @@ def _row_sums(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         sums += np.add.reduce(wide, axis=0)
         squares += np.einsum("rc,rc->c", wide, wide)
     return sums, squares
+
+
+def _flat_sums(values: np.ndarray) -> tuple[float, float]:
+    """The float32 sum of ``values`` and of their squares: torch's ``sum`` and ``dot`` from
+    :data:`TORCH_FROM` values, else numpy's pairwise sum and ``einsum``."""
+    if values.size >= TORCH_FROM:
+        flat = torch.from_numpy(values)
+        return float(flat.sum()), float(torch.dot(flat, flat))
+    return float(np.add.reduce(values)), float(np.einsum("i,i->", values, values))
 
 
 def _extremes(entry: _Entry) -> None:
