@@ -194,6 +194,44 @@ def test_bad_constructor_arguments(model, tmp_path):
         Xray("model", input_size=(1, 8, 8), logdir=str(tmp_path))
 
 
+def _no_hooks(model, optimizer) -> bool:
+    from xray_tb.trace.state import _HOOK_REGISTRIES
+
+    return (not any(getattr(m, name, None) for m in model.modules() for name in _HOOK_REGISTRIES)
+            and not optimizer._optimizer_step_pre_hooks and not optimizer._optimizer_step_post_hooks)
+
+
+def test_a_bad_health_argument_is_refused_before_anything_is_traced_or_written(model, tmp_path):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for health in ("yes", 1, {"every": 1}):
+        with pytest.raises(TypeError, match=r"health= takes True, False or a HealthOptions\(...\), got"):
+            Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path / "run"), every=5, optimizer=optimizer, health=health)
+    assert not (tmp_path / "run").exists()  # no event file: TensorBoard lists no half-made run
+    assert _no_hooks(model, optimizer)
+
+
+def test_a_construction_that_fails_after_the_event_file_opened_releases_everything_at_once(model, tmp_path, monkeypatch):
+    from xray_tb import xray as facade
+
+    def failing_health(*args, **kwargs):
+        raise RuntimeError("training health failed")  # as a collective timing out under DDP would
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    monkeypatch.setattr(facade, "TrainingHealth", failing_health)
+    with pytest.raises(RuntimeError, match="training health failed") as raised:
+        Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), every=5, optimizer=optimizer)
+    # The traceback still holds the half-built Xray (as a notebook's last error does): released all the same.
+    half_built = raised.traceback[-2].frame.f_locals["self"]
+    assert half_built.closed and _no_hooks(model, optimizer)
+    x, y = batch()
+    train_step(model, x, y)  # trains as without Xray
+    optimizer.step()
+    monkeypatch.undo()
+    with Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), every=5, optimizer=optimizer):  # the run is usable
+        pass
+    assert _no_hooks(model, optimizer)
+
+
 def test_take_graphs_before_backward_records_what_exists(model, tmp_path):
     xray = Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan={"conv": FULL})
     model(batch()[0])

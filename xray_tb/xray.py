@@ -29,6 +29,7 @@ from xray_tb.capture.capturer import Capturer, PreparedPlan
 from xray_tb.capture.schedules import ScheduleLike, as_schedule
 from xray_tb.capture.selectors import RandomFilters, Selector
 from xray_tb.health import HealthOptions, TrainingHealth
+from xray_tb.health.options import as_options
 from xray_tb.io import storage
 from xray_tb.io.remote_event_file import CLOSE_TIMEOUT
 from xray_tb.io.sink import EventSink
@@ -129,6 +130,7 @@ class Xray:
         logdir, writer = arguments.destination(logdir, writer)
         arguments.optimizer(optimizer)
         arguments.flag(layer_scalars, "layer_scalars")
+        health = as_options(health)  # refused before anything is traced or opened
         selector = arguments.selector(selector)
         group = distributed.Group.current(distributed.timeout_seconds(collective_timeout), distributed.ddp_of(wrapped))  # Join
         self._writes, subfolder = distributed.writing_rank(group, ranks)
@@ -161,6 +163,16 @@ class Xray:
             recording.open(distributed.NullSink(logdir if writer is None else writer.log_dir))
         self._recording = recording
         self._finalizer = weakref.finalize(self, release_on_collection, recording)
+        try:
+            self._build(model, recording, first_plan, optimizer, health, layer_scalars, group)
+        except BaseException:
+            self._finalizer()  # hooks off the model and the event file closed now, not when a traceback lets go of self
+            raise
+
+    def _build(self, model: nn.Module, recording: Recording, first_plan: PreparedPlan,
+               optimizer: Optional[torch.optim.Optimizer], health: Optional[HealthOptions], layer_scalars: bool,
+               group: Optional[distributed.Group]) -> None:
+        """The constructor's second half, once the event file is open: what fails here is released at once."""
         self._readback = ReadBack(recording)
         self.last_report: Optional[CaptureReport] = None
         recording.arm_with(self._arm_for)
