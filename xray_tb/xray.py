@@ -149,6 +149,7 @@ class Xray:
         args, kwargs = arguments.example_inputs(model, example_input, input_size)
         distributed.meet_before_tracing(group, model)
         architecture = arguments.trace_model(model, args, kwargs)
+        arguments.probe_runs(model, probe, loss_fn)
         self.run_id = uuid.uuid4().hex
         # Built on a recording with no sink yet, so that a bad plan is refused before anything is opened.
         recording = Recording(model, architecture, None, self.run_id)

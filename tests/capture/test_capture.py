@@ -92,6 +92,23 @@ def test_probe_needs_a_loss_for_grads(model, tmp_path):
             xray.take_graphs(probe=True)
 
 
+def test_a_probe_the_model_or_its_loss_cannot_take_is_refused_at_construction(model, tmp_path):
+    x, y = batch(n=4)
+    train_step(model, x, y)  # gradients and BatchNorm statistics to keep
+    before = state_of(model)
+    with pytest.raises(ValueError, match=r"probe= does not run through the model: model\(probe\) failed with inputs of "
+                                         r"shape \(4, 1, 6, 6\): RuntimeError"):
+        Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path / "run"), probe=(x[:, :, :6, :6], y), loss_fn=F.cross_entropy)
+    with pytest.raises(ValueError, match=r"loss_fn= fails on the probe batch: loss_fn\(output, y\) raised ValueError: "
+                                         r"Expected input batch_size \(4\) to match target batch_size \(3\)"):
+        Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path / "run"), probe=(x, y[:3]), loss_fn=F.cross_entropy)
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+    assert_same_state(before, state_of(model))  # the check's forward left no trace (eval mode, no gradients)
+    with Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path / "run"), probe=(x, y), loss_fn=F.cross_entropy):
+        assert_same_state(before, state_of(model))  # a probe that runs is checked the same way
+    assert not armed(model)
+
+
 def test_float16_storage_budget_and_report(model, tmp_path):
     x, y = batch()
     xray = Xray(model, x, logdir=str(tmp_path), plan={"conv": FULL, "fc1": {"output": True}}, dtype="float16", budget_bytes=1000)

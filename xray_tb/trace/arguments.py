@@ -15,6 +15,7 @@ from torch import nn
 
 from xray_tb import distributed, sharding
 from xray_tb.capture.selectors import Selector
+from xray_tb.trace.state import preserved
 from xray_tb.trace.tracer import trace
 from xray_tb.user_frame import user_stacklevel
 
@@ -191,6 +192,34 @@ def probe_batch(probe: Any, model: nn.Module) -> Optional[tuple[tuple, Any]]:
     else:
         inputs, target = probe, None
     return (tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)), target
+
+
+def probe_runs(model: nn.Module, probe: Optional[tuple[tuple, Any]], loss_fn: Optional[Callable]) -> None:
+    """Run the probe batch once as a capture will (eval mode), without gradients and leaving no trace on the
+    model, so that a batch the model or ``loss_fn`` cannot take is refused at ``Xray()``, not at every capture."""
+    if probe is None:
+        return
+    inputs, target = probe
+    with preserved(model), torch.no_grad():
+        model.eval()
+        try:
+            output = model(*inputs)
+        except Exception as error:
+            raise ValueError(
+                f"probe= does not run through the model: model(probe) failed with inputs of shape {describe_inputs(inputs, {})}: "
+                f"{type(error).__name__}: {error}. Give probe= a batch x the model accepts (as example_input=), or (x, y) "
+                "with loss_fn="
+            ) from error
+        if loss_fn is None:
+            return
+        try:
+            loss_fn(output, target) if target is not None else loss_fn(output)
+        except Exception as error:
+            call = "loss_fn(output, y)" if target is not None else "loss_fn(output)"
+            raise ValueError(
+                f"loss_fn= fails on the probe batch: {call} raised {type(error).__name__}: {error}. Give probe=(x, y) with the "
+                "targets loss_fn takes, and loss_fn= the criterion the model trains with"
+            ) from error
 
 
 def example_inputs(model: nn.Module, example_input: Any, input_size: Optional[Sequence[int]]) -> tuple[tuple, dict]:
