@@ -232,6 +232,17 @@ def test_a_construction_that_fails_after_the_event_file_opened_releases_everythi
     assert _no_hooks(model, optimizer)
 
 
+def test_a_wait_that_is_no_number_of_seconds_is_refused_and_the_xray_stays_open(model, tmp_path):
+    xray = Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path))
+    for timeout in ("30", -1, float("nan"), True, None):
+        for call in (xray.flush, xray.close):
+            with pytest.raises(ValueError, match=rf"timeout= is how many seconds to wait .* a number >= 0; got {timeout!r}"):
+                call(timeout=timeout)
+    assert not xray.closed  # a refused close() closed nothing
+    xray.close(timeout=0)
+    assert xray.closed
+
+
 def test_take_graphs_before_backward_records_what_exists(model, tmp_path):
     xray = Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan={"conv": FULL})
     model(batch()[0])

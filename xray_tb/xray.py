@@ -349,7 +349,7 @@ class Xray:
             UploadIncompleteError: captures were still waiting; the message says how many and the
                 local folder that keeps them. The uploads go on in the background.
         """
-        self._recording.flush(timeout)
+        self._recording.flush(arguments.wait_seconds(timeout))
 
     def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
         """Remove every hook and flush and close the event file (a user's writer stays open).
@@ -361,7 +361,7 @@ class Xray:
         Under FSDP every rank calls it: one collective agrees on the first non-finite value (see
         docs/integrations.md); past ``collective_timeout`` it closes all the same, then raises ``DistributedMismatch``.
         """
-        self._close(timeout, settle=True)
+        self._close(arguments.wait_seconds(timeout), settle=True)
 
     def _close(self, timeout: float, settle: bool) -> None:
         if self._finalizer.detach() is None:

@@ -164,6 +164,9 @@ def test_bad_arguments_are_named(tmp_path, data):
             xray.attention_iou([(images, labels)], target=0, protected=1, layer="feature")
         with pytest.raises(ValueError, match="no batch"):
             xray.attention_iou([], target=0, protected=1)
+        for loader, got in ((None, "NoneType"), (images, "Tensor")):
+            with pytest.raises(TypeError, match=rf"loader must yield batches \(x, labels\) .*; got {got}"):
+                xray.attention_iou(loader, target=0, protected=1)
         with pytest.raises(ValueError, match="target must be a column index"):
             xray.attention_iou([(images, labels)], target="shape", protected=1)
         with pytest.raises(ValueError, match="name must be a non-empty string"):

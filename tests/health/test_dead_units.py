@@ -53,6 +53,9 @@ def test_planted_dead_units_are_found_named_and_pruned_without_changing_outputs(
     dead_fraction = scalars(tmp_path)[("0", "dead_fraction")]
     assert sorted(dead_fraction) == list(range(0, 48, 4)) and set(dead_fraction.values()) == {0.25}
 
+    for flags in ({"dry_run": "no"}, {"remove": 1}):  # prune(dry_run="no") would have been a dry run
+        with pytest.raises(TypeError, match=rf"prune\({next(iter(flags))}=...\) takes True or False, got"):
+            xray.prune(**flags)
     report = xray.prune()  # a dry run changes nothing
     assert [(e.layer, e.units, e.parameters, e.applied) for e in report] == [("0", DEAD, 16 * (16 + 1), False)]
     assert isinstance(model[0]._parameters["weight"], nn.Parameter) and not hasattr(model[0], "weight_mask")

@@ -116,6 +116,15 @@ def test_bad_names_say_what_was_recorded(recorded, args, message):
     assert message in str(error.value)
 
 
+def test_a_step_that_is_no_number_and_a_run_that_is_no_path_are_named(recorded):
+    run, _ = recorded
+    with pytest.raises(TypeError, match=r"step= is a recorded step, a whole number; got str '10'"):
+        run.load("zconv", "weight", "10")
+    assert run.load("zconv", "weight", np.int64(10))[1].step == 10  # numpy's integers are whole numbers too
+    with pytest.raises(TypeError, match=r"open_run\(\) takes a run directory, a str or path .*; got int 5"):
+        open_run(5)
+
+
 def test_frames_checks_names_like_load(recorded):
     run, _ = recorded
     with pytest.raises(ValueError, match="did you mean 'zconv'"):

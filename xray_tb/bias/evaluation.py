@@ -60,6 +60,9 @@ def evaluate(
     if empty not in EMPTY_RULES:
         raise ValueError(f"empty must be 'nan' (leave empty masks out) or 'zero' (count them as 0), got {empty!r}")
     examples = _count(examples, "examples")
+    if not isinstance(loader, Iterable) or isinstance(loader, (str, bytes, torch.Tensor)):
+        raise TypeError(f"loader must yield batches (x, labels) or (x, labels, masks), such as a DataLoader or a list of "
+                        f"tuples; got {type(loader).__name__}")
     if name is not None and (not isinstance(name, str) or not name):
         raise ValueError(f"name must be a non-empty string (the evaluation's name in the run), got {name!r}")
     names_of = _namer(names)

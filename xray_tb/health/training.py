@@ -181,6 +181,9 @@ class TrainingHealth:
         ``remove=True`` makes the pruning permanent. This is the one Xray call that changes the model.
         Layers that cannot be pruned without changing outputs are reported with a ``reason``.
         """
+        for name, value in (("dry_run", dry_run), ("remove", remove)):
+            if not isinstance(value, bool):  # prune(dry_run="no") would be a dry run: refused
+                raise TypeError(f"prune({name}=...) takes True or False, got {value!r}")
         monitor = self._monitor()
         layers = {layer.name: layer for layer in monitor.scope.activations}
         report = pruning.plan(layers, self.dead_units(threshold))

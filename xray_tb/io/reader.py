@@ -45,6 +45,8 @@ def open_run(logdir: str | os.PathLike) -> RecordedRun:
         FileNotFoundError: ``logdir`` is not a directory.
         ValueError: ``logdir`` holds no event file (the message lists the run directories below it).
     """
+    if not isinstance(logdir, (str, os.PathLike)):
+        raise TypeError(f"open_run() takes a run directory, a str or path such as 'runs/exp1'; got {type(logdir).__name__} {logdir!r}")
     return RecordedRun(logdir)
 
 
@@ -218,6 +220,8 @@ class RecordedRun:
         Raises:
             ValueError: the layer, kind or step was not recorded (the message says what was).
         """
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+            raise TypeError(f"step= is a recorded step, a whole number; got {type(step).__name__} {step!r}")
         by_step = self._steps(layer, kind)
         if step not in by_step:
             hint = _steps_hint(sorted(by_step), step)

@@ -89,6 +89,13 @@ def destination(logdir_value: Any, writer_value: Any) -> tuple[Optional[str], An
     return where, writer_
 
 
+def wait_seconds(value: Any, name: str = "timeout") -> float:
+    """A number of seconds to wait, 0 or more (``flush(timeout=...)``, ``close(timeout=...)``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not value >= 0:
+        raise ValueError(f"{name}= is how many seconds to wait for a remote run's uploads, a number >= 0; got {value!r}")
+    return float(value)
+
+
 def flag(value: Any, name: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name}= must be True or False, got {type(value).__name__} {value!r}")
