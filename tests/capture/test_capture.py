@@ -16,7 +16,7 @@ from torch.nn import functional as F
 
 from tests.event_files import read_xray_events
 from tests.helpers.training import FULL, SmallCNN, assert_same_state, batch, state_of, train_step
-from xray_tb import Xray, open_run
+from xray_tb import HealthOptions, Xray, open_run
 from xray_tb.schedules import at, every
 
 
@@ -189,6 +189,16 @@ def test_bad_options_say_what_is_wrong(model, tmp_path):
         Xray(model, every="often", **kwargs)
     with pytest.raises(ValueError, match="every\\(n\\) needs a whole number n >= 1"):
         every(0)
+    with pytest.raises(ValueError, match=r"every= takes a whole number of steps >= 1 or a callable step -> bool, got 0"):
+        Xray(model, every=0, **kwargs)
+    with pytest.raises(ValueError, match=r"every\(n, offset=...\) needs a whole number, the first due step; got 2.5"):
+        every(5, offset=2.5)
+    for steps, wrong in (("15", "'15'"), ([10, 20.5], "20.5 among them"), (None, "None")):  # at("15") is not steps 1 and 5
+        with pytest.raises(TypeError, match=rf"at\(steps\) takes .*such as at\(\[0, 50, 1000\]\); got {wrong}"):
+            at(steps)
+    assert at(100).steps == {100} and at(np.arange(0, 30, 10)).steps == {0, 10, 20} and every(np.int64(5))(10)
+    with pytest.raises(TypeError, match=r"HealthOptions\(activations=...\) takes a whole number of steps or a callable"):
+        HealthOptions(activations="captures")
     with pytest.raises(ValueError, match="give every= too"):
         Xray(model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), **kwargs)
 

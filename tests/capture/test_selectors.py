@@ -76,6 +76,21 @@ def tiny():
     return nn.Sequential(nn.Conv2d(1, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 4 * 4, 2))
 
 
+@pytest.mark.parametrize("make, message", [
+    (lambda: RandomFilters(-1), r"RandomFilters\(max_filters=...\) takes a whole number >= 1, got -1"),
+    (lambda: RandomFilters("8"), r"RandomFilters\(max_filters=...\) takes a whole number >= 1, got '8'"),
+    (lambda: RandomFilters(seed="x"), r"RandomFilters\(seed=...\) takes a whole number >= 0, got 'x'"),
+    (lambda: FirstN(2.5), r"FirstN\(max_filters=...\) takes a whole number >= 1, got 2.5"),
+    (lambda: FirstN(max_rows=0), r"FirstN\(max_rows=...\) takes a whole number >= 1, got 0"),
+    (lambda: TopVariance(max_rows=True), r"TopVariance\(max_rows=...\) takes a whole number >= 1, got True"),
+    (lambda: KeepAll(0), r"KeepAll\(max_elements=...\) takes a whole number >= 1, got 0"),
+    (lambda: KeepAll(otherwise="random"), r"KeepAll\(otherwise=...\) takes a Selector such as RandomFilters\(\), got str"),
+])
+def test_bad_selector_options_are_refused_when_the_selector_is_made(make, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        make()  # not at a capture, where the failed frame would only be reported missing
+
+
 @pytest.mark.parametrize("selector, message", [(Broken(), r"Broken.select returned indices \[13\] outside"), (NotASelection(), "NotASelection.select must return a Selection, got list")])
 def test_bad_selectors_are_named(tmp_path, selector, message):
     plan = {"0": {"weight": True}, "3": {"weight": True, "selector": KeepAll()}}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import numbers
 import operator
 import zlib
 from typing import Optional, Sequence
@@ -56,6 +57,13 @@ def _every_index(size: int) -> tuple[int, ...]:
     return tuple(range(size))
 
 
+def _count(owner: str, name: str, value, least: int = 1) -> int:
+    """``value`` if it is a whole number >= ``least``; else a ValueError naming ``owner(name=...)``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise ValueError(f"{owner}({name}=...) takes a whole number >= {least}, got {value!r}")
+    return int(value)
+
+
 def _limit(tensor: torch.Tensor, max_filters: int, max_rows: int) -> int:
     """How many entries of the first axis may be kept: filters (rank >= 3), rows (rank 2), or all
     of a vector, which is a single row."""
@@ -69,7 +77,9 @@ class KeepAll(Selector):
     leaving bigger ones to ``otherwise`` (default :class:`RandomFilters`)."""
 
     def __init__(self, max_elements: Optional[int] = None, otherwise: Optional[Selector] = None):
-        self.max_elements = max_elements
+        if otherwise is not None and not isinstance(otherwise, Selector):
+            raise TypeError(f"KeepAll(otherwise=...) takes a Selector such as RandomFilters(), got {type(otherwise).__name__}")
+        self.max_elements = None if max_elements is None else _count("KeepAll", "max_elements", max_elements)
         self.otherwise = otherwise if otherwise is not None or max_elements is None else RandomFilters()
 
     def select(self, tensor, info):
@@ -82,8 +92,8 @@ class FirstN(Selector):
     """Keep the first filters or rows."""
 
     def __init__(self, max_filters: int = DEFAULT_MAX_FILTERS, max_rows: int = DEFAULT_MAX_ROWS):
-        self.max_filters = max_filters
-        self.max_rows = max_rows
+        self.max_filters = _count(type(self).__name__, "max_filters", max_filters)
+        self.max_rows = _count(type(self).__name__, "max_rows", max_rows)
 
     def select(self, tensor, info):
         if tensor.dim() == 0:
@@ -100,9 +110,9 @@ class RandomFilters(Selector):
     """
 
     def __init__(self, max_filters: int = DEFAULT_MAX_FILTERS, max_rows: int = DEFAULT_MAX_ROWS, seed: int = 0):
-        self.max_filters = max_filters
-        self.max_rows = max_rows
-        self.seed = seed
+        self.max_filters = _count(type(self).__name__, "max_filters", max_filters)
+        self.max_rows = _count(type(self).__name__, "max_rows", max_rows)
+        self.seed = _count("RandomFilters", "seed", seed, least=0)
         self._chosen: dict[tuple[str, int, int], Selection] = {}
 
     def select(self, tensor, info):
@@ -139,8 +149,8 @@ class ScoredRows(Selector):
     rank makes the choice it would make on the whole tensor."""
 
     def __init__(self, max_filters: int = DEFAULT_MAX_FILTERS, max_rows: int = DEFAULT_MAX_ROWS):
-        self.max_filters = max_filters
-        self.max_rows = max_rows
+        self.max_filters = _count(type(self).__name__, "max_filters", max_filters)
+        self.max_rows = _count(type(self).__name__, "max_rows", max_rows)
         self._chosen: dict[tuple[str, int], Selection] = {}
         self._agreed: dict[tuple[str, int], Selection] = {}  # chosen from every rank's scores: the same on every rank
 

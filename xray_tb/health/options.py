@@ -89,7 +89,7 @@ class HealthOptions:
         make_rules(self.rules, self.dead_window)  # raises on an unknown rule or setting, or a bad value
         if self.channel_dim is not None and whole(self.channel_dim) is None:
             raise ValueError(f"HealthOptions(channel_dim=...) takes a dimension index or None, got {self.channel_dim!r}")
-        as_schedule(self.activations)  # raises on a bad schedule
+        as_schedule(self.activations, "HealthOptions(activations=...)")  # raises on a bad schedule
 
 
 #: The default ``budget`` for a model on the CPU and on an accelerator.
