@@ -150,6 +150,16 @@ def test_bad_options_are_refused_when_the_callback_is_made():
         XrayCallback(optimizer=None)
     with pytest.raises(TypeError, match="every= takes a whole number"):
         XrayCallback(every="often")
+    for options, message in (  # Xray()'s own checks, made before the trainer starts rather than after
+        ({"health": "yes"}, r"health= takes True, False or a HealthOptions\(...\), got 'yes'"),
+        ({"dtype": "int8"}, r"dtype= stores values as 'float32' or 'float16', got 'int8'"),
+        ({"ranks": "some"}, r"ranks= is 'zero' \(rank 0 writes\) or 'all'"),
+        ({"selector": "random"}, r"selector= expects a xray_tb.Selector instance"),
+        ({"input_size": (0, 8)}, r"input_size is one sample's shape"),
+        ({"logdir": 5}, r"logdir= is the run directory"),
+    ):
+        with pytest.raises((TypeError, ValueError), match=message):
+            XrayCallback(**options)
 
 
 class SubmoduleStep(TinyModule):

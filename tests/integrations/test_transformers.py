@@ -127,3 +127,12 @@ def test_a_causal_lm_with_model_output_and_attention_mask_traces_and_records(tmp
         assert xray.load("lm_head", "output", 0)[1].original_shape == [1, 8, 40]
     outputs = [node for node in xray.architecture["nodes"] if node["kind"] == "output"]
     assert [node["in_shapes"] for node in outputs] == [[[]], [[1, 8, 40]]]  # the loss and the logits
+
+
+def test_bad_options_are_refused_when_the_callback_is_made():
+    with pytest.raises(TypeError, match=r"health= takes True, False or a HealthOptions\(...\), got 'yes'"):
+        XrayCallback(health="yes")
+    with pytest.raises(ValueError, match=r"budget_bytes must be a positive number of bytes"):
+        XrayCallback(budget_bytes=0)
+    with pytest.raises(TypeError, match=r"unexpected option logdri="):
+        XrayCallback(logdri="runs")

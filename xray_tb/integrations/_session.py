@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from xray_tb.capture.schedules import ScheduleLike, as_schedule
+from xray_tb.trace import arguments
 from xray_tb.xray import Xray
 
 #: Set by the callback from the framework's optimizer steps, never by the user.
@@ -48,6 +49,7 @@ class XraySession:
                 )
         if "logdir" in options and "writer" in options:
             raise ValueError(f"{owner}: give either logdir= or writer=, not both")
+        arguments.model_free(options)  # a bad option is refused here, not once the trainer has started
         self._owner = owner
         self._options = {"every": every, "plan": plan, **options}
         self._pending_hook = None

@@ -229,6 +229,23 @@ def probe_runs(model: nn.Module, probe: Optional[tuple[tuple, Any]], loss_fn: Op
             ) from error
 
 
+def model_free(options: dict) -> None:
+    """Check, as ``Xray()`` does, those of its keyword ``options`` that need no model: a framework's callback
+    refuses a bad one when it is made, not when training has started."""
+    from xray_tb.health.options import as_options  # the health package imports the recorder, which imports this module
+
+    checks: dict[str, Callable[[Any], Any]] = {
+        "logdir": logdir, "writer": writer, "selector": selector, "health": as_options, "dtype": storage_dtype,
+        "budget_bytes": budget_bytes, "loss_fn": loss_fn, "collective_timeout": distributed.timeout_seconds,
+        "layer_scalars": lambda value: flag(value, "layer_scalars"),
+        "ranks": lambda value: distributed.writing_rank(None, value),
+        "input_size": lambda value: value is None or _sample_shape(value),
+    }
+    for name, check in checks.items():
+        if name in options:
+            check(options[name])
+
+
 def example_inputs(model: nn.Module, example_input: Any, input_size: Optional[Sequence[int]]) -> tuple[tuple, dict]:
     """Positional and keyword inputs for tracing."""
     if (example_input is None) == (input_size is None):
