@@ -438,6 +438,41 @@ def test_input_history_is_not_walked_and_input_leaf_is_attributed() -> None:
     assert names["MulBackward0"] == 0 and names["AccumulateGrad"] == 2
 
 
+def test_a_leaf_that_writes_its_input_in_place_owns_that_write() -> None:
+    # The recording mode is off inside leaf calls (their ops are no nodes): the autograd node of an
+    # in-place write to the call's input is still the call's, not the input's producer's.
+    class DoublesItsInput(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x.mul_(2)
+            return x.sum(1, keepdim=True)
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.m, self.b = nn.Linear(4, 4), DoublesItsInput(), nn.Linear(4, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.a(x)
+            return self.b(h) + self.m(h)
+
+    pairs = _attributed(trace(Net(), (torch.randn(3, 4),)))
+    assert ("MulBackward0", "module:m:0") in pairs and ("SumBackward1", "module:m:0") in pairs
+    assert ("AddmmBackward0", "module:a:0") in pairs
+
+
+def test_a_leaf_that_raises_leaves_no_recording_mode_behind() -> None:
+    class Fails(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise RuntimeError("leaf failed")
+
+    modes = torch._C._len_torch_function_stack()
+    with pytest.raises(RuntimeError, match="leaf failed"):
+        trace(nn.Sequential(nn.Linear(3, 3), Fails()), (torch.randn(2, 3),))
+    assert torch._C._len_torch_function_stack() == modes
+    arch = trace(nn.Sequential(nn.Linear(3, 3), nn.ReLU()), (torch.randn(2, 3),))  # the next trace is whole
+    assert [n["id"] for n in arch["nodes"] if n["kind"] == "module"] == ["module:0:0", "module:1:0"]
+
+
 # ----------------------------------------------------------------------------- no side effects
 
 

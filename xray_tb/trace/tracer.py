@@ -99,6 +99,11 @@ What becomes a node
   in those hooks (statistics of activations, say) belong to the call: inside a leaf they are
   not nodes. Global module hooks (``nn.modules.module.register_module_forward_pre_hook``) run
   outside the call; disarm them while tracing.
+- While a leaf call runs, the recording mode is off (taken off the torch-function mode stack when
+  it is the innermost mode, put back as the call returns or the forward raises): its ops are no
+  nodes, so they run without a Python call each. The autograd nodes they create are reached from
+  the call's outputs and inherit its node, and an in-place write to one of its inputs (its new
+  ``grad_fn``) is owned by the call, as it was when every op of the call was seen.
 
 Side effects: none on the model, within what :func:`xray_tb.trace.state.preserved` restores, also
 when the forward raises. The forward runs in the model's current train/eval mode, with grad enabled
@@ -158,8 +163,12 @@ def trace(model: nn.Module, args: tuple, kwargs: dict | None = None, after_forwa
         with preserved(model, modules), _hooks(modules, recorder), torch.enable_grad():
             recorder.add_inputs(_tensors((args, kwargs or {})))
             try:
-                with _RecordingMode(recorder):
-                    output = model(*args, **(kwargs or {}))
+                with _RecordingMode(recorder) as recorder.mode:
+                    try:
+                        output = model(*args, **(kwargs or {}))
+                    finally:
+                        recorder.resume_all()  # a leaf that raised left the mode paused
+                        recorder.mode = None  # no cycle between the mode and the recorder (which holds the tensors)
             finally:
                 if after_forward is not None:
                     after_forward()
@@ -240,6 +249,32 @@ class _Recorder:
         self._params: dict[int, int] = {}
         # (leaf call node, [(output tensor, its version counter when the call returned)])
         self._returned: list[tuple[dict, list[tuple[torch.Tensor, int | None]]]] = []
+        self.mode: TorchFunctionMode | None = None  # the recording mode, paused inside leaf calls
+        # Per running leaf call: (whether it paused the mode, [(input tensor, its grad_fn at the call)]).
+        self._paused: list[tuple[bool, list[tuple[torch.Tensor, Any]]]] = []
+
+    # -- the mode inside leaf calls
+
+    def pause_mode(self, inputs: list[torch.Tensor]) -> None:
+        """Take the recording mode off while a leaf call runs: nothing inside it becomes a node, and the
+        autograd nodes it creates are reached from its outputs' (see the module doc), so its ops run
+        without a Python call each. Only our own mode is taken off, when it is the innermost."""
+        depth = torch._C._len_torch_function_stack()
+        paused = depth > 0 and torch._C._get_function_stack_at(depth - 1) is self.mode
+        if paused:
+            torch._C._pop_torch_function_stack()
+        self._paused.append((paused, [(t, t.grad_fn) for t in inputs]))
+
+    def resume_mode(self) -> list[tuple[torch.Tensor, Any]]:
+        """Put the mode back as the leaf call returns; its inputs with their ``grad_fn`` at the call."""
+        paused, inputs = self._paused.pop()
+        if paused:
+            torch._C._push_on_torch_function_stack(self.mode)
+        return inputs
+
+    def resume_all(self) -> None:
+        while self._paused:
+            self.resume_mode()
 
     # -- tensors and edges
 
@@ -345,10 +380,14 @@ class _Recorder:
             count = self._params[id(module)] = sum(p.numel() for p in params if p is not None)
         return count
 
-    def exit_module(self, outputs: list[torch.Tensor]) -> None:
-        """Pop a frame; a leaf call's node gets its outputs."""
+    def exit_module(self, outputs: list[torch.Tensor], inputs: list[tuple[torch.Tensor, Any]] = ()) -> None:
+        """Pop a frame; a leaf call's node gets its outputs, and the ``grad_fn`` of each of its ``inputs``
+        (tensor, ``grad_fn`` at the call) that it wrote in place."""
         kind, _, node = self.stack.pop()
         if kind == _LEAF:
+            for tensor, grad_fn in inputs:
+                if tensor.grad_fn is not grad_fn:  # x.add_(1) inside the call: its autograd node is the call's
+                    self.own_grad_fns([tensor], node["id"])
             node["out_shapes"] = [_shape(t) for t in outputs]
             module = self.modules[node["module"]]
             node["type"] = sharding.type_name(module)  # a lazy module's class changes when it materialises
@@ -485,15 +524,19 @@ def _hooks(modules: list[nn.Module], recorder: _Recorder) -> Iterator[None]:
         recorder.busy = True
         try:
             with _no_torch_function():
-                recorder.enter_module(module, _tensors((args, kwargs)))
+                inputs = _tensors((args, kwargs))
+                recorder.enter_module(module, inputs)
         finally:
             recorder.busy = False
+        if recorder.stack[-1][0] == _LEAF:
+            recorder.pause_mode(inputs)
 
     def post_hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        inputs = recorder.resume_mode() if recorder.stack[-1][0] == _LEAF else ()
         recorder.busy = True
         try:
             with _no_torch_function():
-                recorder.exit_module(_tensors(output))
+                recorder.exit_module(_tensors(output), inputs)
         finally:
             recorder.busy = False
 
