@@ -193,3 +193,35 @@ def test_custom_statistics_and_epochs_match_numpy(tmp_path):
             mean, var = moments[layer]["grad_l2"]
             assert mean == pytest.approx(series.mean(), rel=1e-5) and var == pytest.approx(series.var(ddof=1), rel=1e-3)
     assert "update_ratio" in epochs[0]["0"] and "wmax" in epochs[1]["4"]
+
+
+def test_a_failing_custom_statistic_costs_its_own_values_only(tmp_path):
+    model = relu_mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=2, health=HealthOptions(every=1)) as xray:
+        calls = {"n": 0}
+
+        def fails_every_other(t):  # a user's bug that shows on some tensors only
+            calls["n"] += 1
+            if calls["n"] % 2:
+                raise ZeroDivisionError("division by zero")
+            return t.abs().max()
+
+        xray.add_statistic("flaky", fails_every_other)
+        xray.add_statistic("worded", lambda t: "high")
+        xray.add_statistic("amean", lambda t: t.missing(), kinds=("activation",))  # no such method
+        with pytest.warns(UserWarning) as caught:
+            expected, _ = _train(model, xray, batches(6), optimizer)
+    messages = [str(w.message) for w in caught if "statistic '" in str(w.message)]
+    assert len(messages) == 3  # one per statistic, however often it fails
+    assert "statistic 'flaky' failed on a weight's gradient (ZeroDivisionError: division by zero)" in messages[0]
+    assert any("statistic 'worded' failed on a weight's gradient (ValueError: statistic 'worded' returned str" in m for m in messages)
+    assert any("statistic 'amean' failed on the activation of layer '0' (AttributeError" in m for m in messages)
+    assert not any("training health failed" in str(w.message) for w in caught)  # the built-ins were not skipped
+    run = open_run(tmp_path)
+    layers, steps, grad_l2 = run.health("grad_l2")
+    assert list(steps) == list(range(6)) and np.isfinite(grad_l2).all()
+    for k, layer in enumerate(layers):
+        np.testing.assert_allclose(grad_l2[k], [expected[(layer, "grad_l2")][s] for s in range(6)], rtol=1e-5)
+    _, _, flaky = run.health("flaky")
+    assert np.isnan(flaky).any() and np.isfinite(flaky).any()  # missing where it failed, kept where it did not

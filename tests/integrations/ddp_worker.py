@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -141,7 +142,7 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
                 result["error"] = str(error)
             result["seconds"] = time.monotonic() - start
             finish(logdir, result)
-        elif case == "health_fails":  # a statistic fails on rank 1 only, at step 1: it must not skip a collective
+        elif case in ("health_fails", "statistic_fails"):  # on rank 1 only, at step 1: no collective may be skipped
             ddp = DistributedDataParallel(mlp())
             x, y = (part[rank::WORLD] for part in full_batch())
             xray = Xray(ddp, x, logdir=logdir, every=1, health=HealthOptions(every=1), collective_timeout=10)
@@ -152,12 +153,30 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
                     raise ValueError("a user statistic failed")
                 return float(tensor.abs().sum())
 
-            xray.add_statistic("fragile", fragile)
+            if case == "statistic_fails":  # a user's statistic: contained, its value missing there
+                xray.add_statistic("fragile", fragile)
+            else:  # training health itself fails (a fault injected into its measurement)
+                from xray_tb.health.monitor import HealthMonitor
+
+                measure = HealthMonitor.iteration
+
+                def failing(monitor, step, *args, **kwargs):
+                    if rank == 1 and step == 1:
+                        raise ValueError("training health failed on purpose")
+                    return measure(monitor, step, *args, **kwargs)
+
+                HealthMonitor.iteration = failing
             start = time.monotonic()
             try:
-                for step in range(3):
-                    state["step"] = step
-                    train(ddp, xray, x, y, 1, offset=step)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    for step in range(3):
+                        state["step"] = step
+                        train(ddp, xray, x, y, 1, offset=step)
+                    if case == "statistic_fails":
+                        xray.close()
+                        result["fragile"] = health_values(logdir, "fragile") if rank == 0 else {}  # rank 0 writes the run
+                result["warnings"] = [str(w.message) for w in caught if "fragile" in str(w.message)]
             except DistributedMismatch as error:
                 result["error"] = str(error)
             result["seconds"] = time.monotonic() - start
@@ -218,6 +237,14 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
     # ("terminate called without an active exception", torch 2.13), after everything is written.
     sys.stdout.flush()
     os._exit(0)
+
+
+def health_values(logdir: str, stat: str) -> dict:
+    """One training-health statistic of the run rank 0 wrote: {step: [value or None per layer]}."""
+    from xray_tb import open_run
+
+    layers, steps, values = open_run(logdir).health(stat)
+    return {int(step): [None if value != value else float(value) for value in values[:, k]] for k, step in enumerate(steps)}
 
 
 def write_result(logdir: str, result: dict) -> None:

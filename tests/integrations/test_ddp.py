@@ -167,13 +167,27 @@ def test_ranks_that_measured_different_layers_raise_on_every_rank(tmp_path, case
 
 
 def test_training_health_failing_on_one_rank_stops_that_rank_and_the_others_without_a_hang(tmp_path):
-    # A user statistic raises on rank 1 at step 1: skipping health there would leave rank 0 waiting in the
-    # health step's gather, so rank 1 raises DistributedMismatch naming the error, and rank 0's gather fails.
+    # Training health fails on rank 1 at step 1 (a fault injected there): skipping health would leave rank 0
+    # waiting in the health step's gather, so rank 1 raises DistributedMismatch naming the error, and rank 0's
+    # gather fails.
     results = run_ranks("health_fails", tmp_path)
-    assert "rank 1: training health failed at step 1 (ValueError: a user statistic failed)" in results[1]["error"]
+    assert "rank 1: training health failed at step 1 (ValueError: training health failed on purpose)" in results[1]["error"]
     assert "health=False" in results[1]["error"]
     assert results[0]["error"]  # its step 1 gather: the peer raised instead of joining
     assert all(result["seconds"] < 10 for result in results)  # before the collective timeout
+
+
+def test_a_user_statistic_failing_on_one_rank_costs_its_values_only(tmp_path):
+    # xray.add_statistic's function raises on rank 1 at step 1: that value is missing, the built-in statistics
+    # and every collective go on, and rank 1 warns once naming the statistic.
+    results = run_ranks("statistic_fails", tmp_path)
+    assert all("error" not in result for result in results)
+    assert results[0]["warnings"] == []
+    assert len(results[1]["warnings"]) == 1 and "statistic 'fragile' failed on a weight's gradient (ValueError: a user " \
+        "statistic failed)" in results[1]["warnings"][0]
+    fragile = results[0]["fragile"]  # rank 0's run: {step: value per layer}
+    assert sorted(fragile) == ["0", "1", "2"]
+    assert all(value is not None and value > 0 for step in ("0", "2") for value in fragile[step])
 
 
 def test_gathers_of_different_kinds_that_meet_raise_on_every_rank(tmp_path):
