@@ -134,6 +134,16 @@ def test_bad_input_is_refused(run):
     values, loaded = run.load("0", "weight", 0)
     with pytest.raises(TypeError, match=r"\(FrameHeader, values\) pairs; got tuple of \(Tensor, FrameHeader\)"):
         show_frames([(values, loaded)])
+    frames = [(h, v.numpy()) for v, h in run.frames("0", "weight")]
+    with pytest.raises(FileNotFoundError, match=r"save='/no/such/folder/step.png': the folder '/no/such/folder' does not exist"):
+        show_frames(frames[:1], save="/no/such/folder/step.png")  # refused before it draws
+    with pytest.raises(TypeError, match=r"save= is the file to write, a str or path .*; got int 3"):
+        show_frames(frames[:1], save=3)
+    for fps in (0, "4", -2.5):
+        with pytest.raises(ValueError, match=rf"fps= is the GIF's frames per second, a number in \(0, 100\]; got {fps!r}"):
+            save_gif(frames, "unused.gif", fps=fps)
+    with pytest.raises(FileNotFoundError, match=r"path='/no/such/folder/w.gif'"):
+        save_gif(frames, "/no/such/folder/w.gif")
 
 
 def test_views_import_without_matplotlib_and_say_how_to_install_it(monkeypatch):

@@ -42,6 +42,8 @@ def show_frames(frames: Sequence[Frame], *, save: Optional[str | os.PathLike] = 
     Raises:
         ValueError: no frames, or two of one layer and kind.
     """
+    if save is not None:
+        _writable(save, "save")
     plt = _pyplot()
     cells = _cells(frames)
     layers = list(dict.fromkeys(layer for layer, _ in cells))
@@ -80,6 +82,9 @@ def save_gif(frames: Sequence[Frame], path: str | os.PathLike, *, fps: float = 2
     Raises:
         ValueError: no frames, or frames of more than one layer and kind.
     """
+    _writable(path, "path")
+    if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 < fps <= 100:
+        raise ValueError(f"fps= is the GIF's frames per second, a number in (0, 100]; got {fps!r}")
     plt = _pyplot()
     from matplotlib.animation import PillowWriter
 
@@ -104,6 +109,15 @@ def save_gif(frames: Sequence[Frame], path: str | os.PathLike, *, fps: float = 2
     finally:
         plt.close(figure)
     return path
+
+
+def _writable(path: object, name: str) -> None:
+    """Refuse, before anything is drawn, a ``path`` that is no file path or whose folder does not exist."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name}= is the file to write, a str or path such as 'step.png'; got {type(path).__name__} {path!r}")
+    folder = os.path.dirname(os.fspath(path)) or "."
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"{name}={os.fspath(path)!r}: the folder {folder!r} does not exist; create it first")
 
 
 def _pyplot():
