@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-import numbers
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Callable, Iterable, Optional, Union
+
+from xray_tb.numeric import whole
 
 Schedule = Callable[[int], bool]
 ScheduleLike = Union[None, int, Schedule]
-
-
-def _whole(value: Any) -> Optional[int]:
-    """``value`` as an int when it is a whole number (an int, a numpy integer), else None; bools are not."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        return int(value)
-    return None
 
 
 class every:  # noqa: N801 - reads as a function: every(100)
     """Due at ``offset``, ``offset + n``, ``offset + 2n``, ..."""
 
     def __init__(self, n: int, offset: int = 0):
-        if _whole(n) is None or n < 1:
+        if whole(n) is None or n < 1:
             raise ValueError(f"every(n) needs a whole number n >= 1, got {n!r}")
-        if _whole(offset) is None:
+        if whole(offset) is None:
             raise ValueError(f"every(n, offset=...) needs a whole number, the first due step; got {offset!r}")
         self.n, self.offset = int(n), int(offset)
 
@@ -37,12 +31,12 @@ class at:  # noqa: N801
     """Due at the given steps only."""
 
     def __init__(self, steps: Union[int, Iterable[int]]):
-        if _whole(steps) is not None:
+        if whole(steps) is not None:
             steps = (steps,)  # at(100): the one step
         if isinstance(steps, (str, bytes)) or not isinstance(steps, Iterable):
             raise TypeError(f"at(steps) takes the steps to capture, such as at([0, 50, 1000]); got {steps!r}")
         steps = list(steps)
-        wrong = [step for step in steps if _whole(step) is None]
+        wrong = [step for step in steps if whole(step) is None]
         if wrong:
             raise TypeError(f"at(steps) takes whole numbers of steps, such as at([0, 50, 1000]); got {wrong[0]!r} among them")
         self.steps = frozenset(int(s) for s in steps)
@@ -59,7 +53,7 @@ def as_schedule(schedule: ScheduleLike, argument: str = "every=") -> Optional[Sc
     the parameter in the error a bad one raises."""
     if schedule is None or callable(schedule):
         return schedule
-    if _whole(schedule) is not None:
+    if whole(schedule) is not None:
         if schedule < 1:
             raise ValueError(f"{argument} takes a whole number of steps >= 1 or a callable step -> bool, got {schedule!r}")
         return every(schedule)

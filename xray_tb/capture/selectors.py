@@ -10,12 +10,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import numbers
 import operator
 import zlib
 from typing import Optional, Sequence
 
 import torch
+
+from xray_tb.numeric import whole
 
 #: Default number of filters kept from a tensor of rank 3 or more (conv weights and feature maps).
 DEFAULT_MAX_FILTERS = 16
@@ -59,7 +60,7 @@ def _every_index(size: int) -> tuple[int, ...]:
 
 def _count(owner: str, name: str, value, least: int = 1) -> int:
     """``value`` if it is a whole number >= ``least``; else a ValueError naming ``owner(name=...)``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+    if whole(value) is None or value < least:
         raise ValueError(f"{owner}({name}=...) takes a whole number >= {least}, got {value!r}")
     return int(value)
 

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional, Union
 
 from xray_tb.capture.schedules import ScheduleLike, as_schedule
 from xray_tb.health.rules import make_rules
-from xray_tb.health.rules.base import is_number, plain_number, whole
+from xray_tb.numeric import is_number, plain_number, whole
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,6 +24,7 @@ from tensorboard.compat.proto import event_pb2
 
 from tb_plugin import health_metadata, metadata
 from xray_tb.io import storage
+from xray_tb.numeric import whole
 from xray_tb.io.records import RecordReader
 from xray_tb.io.run_contents import RunContents, StoredFrame, holds_xray_blobs, xray_blobs
 from tb_plugin.close_matches import close_matches, nearest_steps
@@ -220,7 +221,7 @@ class RecordedRun:
         Raises:
             ValueError: the layer, kind or step was not recorded (the message says what was).
         """
-        if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+        if whole(step) is None:
             raise TypeError(f"step= is a recorded step, a whole number; got {type(step).__name__} {step!r}")
         by_step = self._steps(layer, kind)
         if step not in by_step:

@@ -15,6 +15,7 @@ from torch import nn
 
 from xray_tb import distributed, sharding
 from xray_tb.capture.selectors import Selector
+from xray_tb.numeric import is_number
 from xray_tb.trace.state import preserved
 from xray_tb.trace.tracer import trace
 from xray_tb.user_frame import user_stacklevel
@@ -91,7 +92,7 @@ def destination(logdir_value: Any, writer_value: Any) -> tuple[Optional[str], An
 
 def wait_seconds(value: Any, name: str = "timeout") -> float:
     """A number of seconds to wait, 0 or more (``flush(timeout=...)``, ``close(timeout=...)``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not value >= 0:
+    if not is_number(value) or not value >= 0:
         raise ValueError(f"{name}= is how many seconds to wait for a remote run's uploads, a number >= 0; got {value!r}")
     return float(value)
 

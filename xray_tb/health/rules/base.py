@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from collections.abc import Iterable
 from typing import Any, Optional
 
 import numpy as np
 
 from tb_plugin.close_matches import close_matches
+from xray_tb.numeric import is_number, plain_number, whole
 from xray_tb.health.findings import Hit, NonFinite
 
 
@@ -75,16 +75,6 @@ class Rule:
         raise NotImplementedError
 
 
-def is_number(value: Any) -> bool:
-    """A real number (an int, a float, a numpy one), not a bool (which Python counts as an int)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
-
-
-def whole(value: Any) -> Optional[int]:
-    """``value`` as an int when it is a whole number (an int or a numpy integer, not a bool), else None."""
-    return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else None
-
-
 def unknown_names(unknown: Iterable[str], known: Iterable[str]) -> str:
     """``'a', 'b' (did you mean 'c'?)``: the ``unknown`` names, and the ``known`` ones close to them, if any
     (only the closest where it is a likely typo)."""
@@ -92,13 +82,6 @@ def unknown_names(unknown: Iterable[str], known: Iterable[str]) -> str:
     close = dict.fromkeys(match for name in unknown
                           for match in close_matches(name, known, n=1, cutoff=0.8) or close_matches(name, known, n=3))
     return ", ".join(map(repr, unknown)) + (f" (did you mean {', '.join(map(repr, close))}?)" if close else "")
-
-
-def plain_number(value: Any) -> Any:
-    """A number as a Python int or float (numpy ones included); anything else as it is."""
-    if not is_number(value):
-        return value
-    return whole(value) if whole(value) is not None else float(value)
 
 
 #: What a ``fraction`` setting takes.

@@ -23,7 +23,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from xray_tb.health.rules.base import is_number
+from xray_tb.numeric import is_number
 from xray_tb.health.stats.base import ActivationStatistic, ActivationValue
 
 
