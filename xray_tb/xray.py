@@ -148,7 +148,8 @@ class Xray:
         probe = arguments.probe_batch(probe, model)
         args, kwargs = arguments.example_inputs(model, example_input, input_size)
         distributed.meet_before_tracing(group, model)
-        architecture = arguments.trace_model(model, args, kwargs)
+        modules = dict(model.named_modules())  # one walk for the trace, the plan and training health
+        architecture = arguments.trace_model(model, args, kwargs, modules)
         arguments.probe_runs(model, probe, loss_fn)
         self.run_id = uuid.uuid4().hex
         # Built on a recording with no sink yet, so that a bad plan is refused before anything is opened.
@@ -156,7 +157,7 @@ class Xray:
         del architecture  # the recording keeps a compact copy: see the `architecture` property
         self._capture = Capturer(recording, selector=selector if selector is not None else RandomFilters(), storage_dtype=storage_dtype,
                                  budget_bytes=budget_bytes, layer_scalars=layer_scalars, probe=probe, loss_fn=loss_fn, group=group)
-        first_plan = self._capture.prepare(self.draft_plan() if plan is None else plan)
+        first_plan = self._capture.prepare(self.draft_plan() if plan is None else plan, modules)
         if self._writes:
             recording.earlier_findings = warn_about_earlier_captures(logdir if writer is None else writer.log_dir)
             recording.open(EventSink(logdir=logdir, writer=writer))

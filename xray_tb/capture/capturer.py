@@ -56,10 +56,11 @@ class Capturer:
 
     # The plan -------------------------------------------------------------------------------------
 
-    def prepare(self, plan: plans.PlanLike) -> PreparedPlan:
-        """``plan`` validated and ready to :meth:`install`."""
+    def prepare(self, plan: plans.PlanLike, modules: Optional[dict[str, nn.Module]] = None) -> PreparedPlan:
+        """``plan`` validated and ready to :meth:`install`; ``modules``: ``dict(model.named_modules())``
+        when the caller has it."""
         model, traced = self.recording.model, self.recording.graph
-        modules = dict(model.named_modules())
+        modules = dict(model.named_modules()) if modules is None else modules
         normalized = plans.normalize_plan(plan, traced, model, modules)
         grads_planned = any(kinds["grad"] for kinds in normalized.values())
         if self.probe is not None and grads_planned and self.loss_fn is None:

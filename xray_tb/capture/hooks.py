@@ -12,6 +12,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from xray_tb.module_hooks import ModuleHooks
 from xray_tb.trace.graph import Graph, Tap
 
 
@@ -99,22 +100,6 @@ def _version(tensor: torch.Tensor) -> Optional[int]:
         return None
 
 
-#: The hook registries a forward hook or pre-hook adds entries to.
-_FORWARD_HOOK_TABLES = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
-                        "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
-
-
-def shrink_hook_tables(module: nn.Module) -> None:
-    """Give back the memory a module's emptied hook registries keep: a dict keeps the table its entries
-    grew after they are removed (about 220 bytes a module, each time Xray disarms); ``clear()`` on an
-    empty one frees it, and the registry stays the same object."""
-    tables = vars(module)
-    for name in _FORWARD_HOOK_TABLES:
-        table = tables.get(name)
-        if table is not None and not table:
-            table.clear()
-
-
 def _grad_keeper(grads: dict[str, torch.Tensor], path: str) -> Callable:
     def keep(grad: Optional[torch.Tensor]) -> None:
         # Autograd hands None for an output of a multi-output node that the loss does not use
@@ -171,7 +156,7 @@ class TapRecorder:
         #: Why a tap's output could not be kept in the latest forward, by tap.
         self.errors: dict[Tap, str] = {}
         self.owner: Optional[int] = None
-        self._handles: list[RemovableHandle] = []
+        self._hooks = ModuleHooks()  # armed: the start hook on the model, the output hook on each module
         self._tensor_handles: dict[Tap, list[RemovableHandle]] = {}
 
     @classmethod
@@ -194,26 +179,21 @@ class TapRecorder:
 
     @property
     def armed(self) -> bool:
-        return bool(self._handles)
+        return bool(self._hooks)
 
     def arm(self) -> None:
         """Register the hooks (no-op when armed or when there is nothing to tap)."""
         if self.armed or not self._modules:
             return
         run_eagerly_under_compile()  # the model may have been compiled after Xray was made
-        self._handles.append(self._model.register_forward_pre_hook(self._start_hook))
-        for module in self._modules:
-            self._handles.append(module.register_forward_hook(self._hook))
+        self._hooks.pre((self._model,), self._start_hook)
+        self._hooks.post(self._modules, self._hook)
 
     def disarm(self) -> None:
         """Remove the module hooks; what was kept stays until :meth:`clear`."""
-        if not self._handles:
+        if not self._hooks:
             return
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-        for module in (self._model, *self._modules):
-            shrink_hook_tables(module)
+        self._hooks.remove()  # the hook tables the entries grew are given back too
 
     def _start_forward(self, module, args) -> None:
         thread = threading.get_ident()

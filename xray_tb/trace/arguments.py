@@ -289,11 +289,12 @@ def describe_inputs(args: tuple, kwargs: dict) -> str:
     return ", ".join([shape(arg) for arg in args] + [f"{key}={shape(value)}" for key, value in kwargs.items()]) or "no inputs"
 
 
-def trace_model(model: nn.Module, args: tuple, kwargs: dict) -> dict:
-    """The traced architecture; a forward that fails says so, with the shapes it was given."""
+def trace_model(model: nn.Module, args: tuple, kwargs: dict, modules: Optional[dict[str, nn.Module]] = None) -> dict:
+    """The traced architecture; a forward that fails says so, with the shapes it was given. ``modules``:
+    ``dict(model.named_modules())`` when the caller has it (one walk of a big model for all of ``Xray()``)."""
     try:
         sharded = sharding.sharded_fsdp_modules(model)  # FSDP leaves the root's parameters unsharded after a forward
-        return trace(model, args, kwargs, after_forward=lambda: sharding.reshard(sharded))
+        return trace(model, args, kwargs, after_forward=lambda: sharding.reshard(sharded), modules=modules)
     except Exception as error:
         raise ValueError(
             f"tracing the model failed with the example input of shape {describe_inputs(args, kwargs)}: "

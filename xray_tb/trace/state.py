@@ -134,13 +134,10 @@ class _ModuleSnapshot:
         """Put the registries' contents and the attributes' references back."""
         attributes = self.attributes
         saved = self.registries
-        for name in _REGISTRIES:
+        for name in _REGISTRIES:  # (the tables Xray's hooks grew are shrunk by their remover: module_hooks)
             registry = attributes.get(name)
-            if registry or name in saved:
-                if isinstance(registry, (dict, set)):
-                    _put_back(registry, saved.get(name, _EMPTY))
-            elif name in _HOOK_REGISTRIES and isinstance(registry, dict):
-                registry.clear()  # empty again: drop the table our hooks grew (about 1 KB a module)
+            if (registry or name in saved) and isinstance(registry, (dict, set)):
+                _put_back(registry, saved.get(name, _EMPTY))
         current = vars(self.module)
         if current.keys() == attributes.keys() and all(map(operator.is_, current.values(), attributes.values())):
             return  # the common case: nothing set, same order

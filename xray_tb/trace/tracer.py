@@ -142,6 +142,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from xray_tb import sharding
+from xray_tb.module_hooks import ModuleHooks
 from xray_tb.trace.op_names import op_kwargs, op_name, release_stubs
 from xray_tb.trace.state import preserved, without_cyclic_gc
 
@@ -154,10 +155,12 @@ _ROOT, _CONTAINER, _LEAF, _INNER = "root", "container", "leaf", "inner"
 
 
 @without_cyclic_gc
-def trace(model: nn.Module, args: tuple, kwargs: dict | None = None, after_forward: Callable[[], None] | None = None) -> dict:
+def trace(model: nn.Module, args: tuple, kwargs: dict | None = None, after_forward: Callable[[], None] | None = None,
+          modules: dict[str, nn.Module] | None = None) -> dict:
     """Trace one forward ``model(*args, **kwargs)`` into the architecture schema (module doc).
-    ``after_forward`` runs after the forward, before the model's state is restored (FSDP reshards there)."""
-    recorder = _Recorder(model)
+    ``after_forward`` runs after the forward, before the model's state is restored (FSDP reshards there);
+    ``modules`` is ``dict(model.named_modules())`` when the caller has walked the model already."""
+    recorder = _Recorder(model, modules)
     try:
         modules = list(recorder.modules.values())  # one walk of the model for the snapshot and the hooks
         with preserved(model, modules), _hooks(modules, recorder), torch.enable_grad():
@@ -228,9 +231,9 @@ def _first_grad_fn(tensors: list[torch.Tensor]) -> Any:
 class _Recorder:
     """Builds nodes, edges, groups and the autograd attribution during one forward."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, modules: dict[str, nn.Module] | None = None) -> None:
         self.model = model
-        self.modules = dict(model.named_modules())
+        self.modules = dict(model.named_modules()) if modules is None else modules
         self.names = {id(m): name for name, m in self.modules.items()}
         self.busy = False  # True while our own hook code runs: the mode then records nothing
         self.stack: list[tuple[str, str, dict | None]] = []  # (kind, module name, leaf node)
@@ -540,14 +543,12 @@ def _hooks(modules: list[nn.Module], recorder: _Recorder) -> Iterator[None]:
         finally:
             recorder.busy = False
 
-    handles = []
+    hooks = ModuleHooks()  # thousands of modules: one key for all, no handle each
     try:
-        for module in modules:
-            handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True, prepend=True))
-            handles.append(module.register_forward_hook(post_hook, with_kwargs=True))
+        hooks.pre(modules, pre_hook, with_kwargs=True, prepend=True)
+        hooks.post(modules, post_hook, with_kwargs=True)
         yield
     finally:
-        for handle in handles:
-            handle.remove()
+        hooks.remove()
 
 
