@@ -106,3 +106,52 @@ def test_a_statistic_that_gives_a_column_of_the_wrong_length_is_refused_clearly(
     with pytest.raises(ValueError, match=r"holds 5 values where .* make 6.*one value per layer"):
         rows.add(0, row_of([family], [family.compute(None)]), torch.tensor(math.nan))
     assert len(rows) == 0
+
+
+def test_a_kept_plan_follows_its_owners_and_a_stale_one_is_made_again(monkeypatch):
+    """The plan is kept while the owners (the weights) are the same objects, whatever new tensors (their
+    gradients) come; new owners are planned afresh, and so are tensors whose shape changed under the
+    same owners (``weight.data = ...`` of another shape): every value stays the tensor's own."""
+    made = []
+    real_plan = cpu_batches.plan
+    monkeypatch.setattr(cpu_batches, "plan", lambda tensors: made.append(len(tensors)) or real_plan(tensors))
+    weights = [torch.randn(8, 4) for _ in range(12)] + [torch.randn(20_000)]
+    summaries = reductions.Summaries()
+
+    def check(tensors, owners):
+        values = summaries(tensors, WANTED, owners)
+        for name in WANTED:
+            for index, t in enumerate(tensors):
+                assert close(float(values[name][index]), float(reference(t, name)), 1e-5), (name, index)
+
+    for _ in range(3):  # new gradients each iteration, the same weights: planned once
+        check([torch.randn_like(w) for w in weights], weights)
+    assert made == [13]
+    check([torch.randn_like(w) for w in weights[:-1]], weights[:-1])  # other owners
+    assert made == [13, 12]
+    grads = [torch.randn_like(w) for w in weights[:-1]]
+    grads[5] = torch.randn(16, 4)  # a shape changed, the owners the same: the batch's copy is larger
+    check(grads, weights[:-1])
+    assert made == [13, 12, 12]
+    grads[5], grads[9] = torch.randn(8, 4), torch.randn(2, 16)  # ... or no longer stacks
+    check(grads, weights[:-1])
+    assert made == [13, 12, 12, 12]
+    memo = cpu_batches.PlanMemo()
+    assert cpu_batches.total(grads, weights[:-1], memo) == pytest.approx(sum(float(g.double().sum()) for g in grads), rel=1e-5, abs=1e-3)
+    grads[3] = torch.full((8, 4), math.nan)
+    assert math.isnan(cpu_batches.total(grads, weights[:-1], memo))
+
+
+def test_runs_of_absent_values_are_absent_where_they_are():
+    """A column not measured at a step (the update ratio between its copies) is a run of absent values
+    in the row, between present ones."""
+    nan = torch.tensor(math.nan)
+    family = _Vector(["x", "y", "z", "w"], 4)
+    rows = RowBuffer([family])
+    rows.add(1, [None, None, torch.tensor(2.0), torch.tensor(3.0), torch.tensor(4.0), None, None, torch.tensor(5.0)], nan)
+    rows.add(2, [torch.arange(4.0), None, None, None, None], nan)
+    block = rows.take()
+    np.testing.assert_array_equal(block.columns[(0, "a")], [[np.nan, np.nan, 2.0, 3.0], [0.0, 1.0, 2.0, 3.0]])
+    np.testing.assert_array_equal(block.columns[(0, "b")], [[4.0, np.nan, np.nan, 5.0], [np.nan] * 4])
+    assert block.absent[(0, "a")].tolist() == [[True, True, False, False], [False] * 4]
+    assert block.absent[(0, "b")].tolist() == [[False, True, True, False], [True] * 4]

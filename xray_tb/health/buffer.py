@@ -48,21 +48,31 @@ class RowBuffer:
         parts: list[torch.Tensor] = []
         scalars: list[torch.Tensor] = []
         missing: list[int] = []
-        width = 0
+        width = absent = 0  # absent: the length of the run of absent values that ends at width
         for value in values:
-            if value is None:
-                missing.append(width)
-                scalars.append(nan)
-                width += 1
-            elif value.dim():
+            if value is None:  # runs of them (a column not measured at this step) as one view of NaN
                 if scalars:
                     parts.append(torch.stack(scalars).float())  # stack promotes mixed dtypes
+                    scalars = []
+                absent += 1
+                width += 1
+                continue
+            if absent:
+                parts.append(nan.expand(absent).float())
+                missing.extend(range(width - absent, width))
+                absent = 0
+            if value.dim():
+                if scalars:
+                    parts.append(torch.stack(scalars).float())
                     scalars = []
                 parts.append(value.float())
                 width += value.numel()
             else:
                 scalars.append(value)
                 width += 1
+        if absent:
+            parts.append(nan.expand(absent).float())
+            missing.extend(range(width - absent, width))
         if scalars:
             parts.append(torch.stack(scalars).float())
         if width != self._width:

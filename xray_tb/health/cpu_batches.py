@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import array
 import operator
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -74,11 +74,63 @@ def _plan(tensors: list[torch.Tensor]) -> tuple[list[list[int]], list[int]]:
 
 
 def matrix(tensors: list[torch.Tensor], positions: Sequence[int]) -> torch.Tensor:
-    """The tensors at ``positions`` (one shape) as the rows of one ``k × n`` matrix (a copy)."""
+    """The tensors at ``positions`` (one shape) as the rows of one ``k × n`` matrix (a copy). Raises
+    :class:`StalePlan` when they are not of one shape (a plan kept by :class:`PlanMemo` for tensors
+    whose shape changed since)."""
     members = [tensors[i] for i in positions]
-    if members[0].dim() == 0:
-        return torch.stack(members).view(len(members), 1)
-    return torch.cat(members).reshape(len(members), -1)
+    try:
+        if members[0].dim() == 0:
+            return torch.stack(members).view(len(members), 1)
+        rows = torch.cat(members)
+    except RuntimeError as error:  # shapes (or devices) that differ
+        raise StalePlan(str(error)) from error
+    if rows.numel() != len(members) * members[0].numel():
+        raise StalePlan("the tensors of a batch differ in size")
+    return rows.reshape(len(members), -1)
+
+
+class StalePlan(RuntimeError):
+    """A batch of a kept plan whose tensors no longer share one shape."""
+
+
+class PlanMemo:
+    """The plan of the latest call, kept while the tensors' ``owners`` are the same objects in the same
+    order: the parameters, stable across iterations, whose gradients (or copies, or selves) the tensors
+    are, so of the same shapes, dtypes and devices. Checking them costs a pointer comparison each,
+    where :func:`plan`'s key reads every tensor's shape, dtype and device (about 1 µs a tensor: 2 ms an
+    iteration on 1,000 layers, more than the reductions). The owners are referenced, not copied: the
+    caller holds them anyway. A parameter whose shape changed in place since (``weight.data = ...``
+    of another shape) shows as a :class:`StalePlan` from :func:`matrix`; :func:`with_plan` then plans
+    the call afresh."""
+
+    __slots__ = ("_owners", "_found")
+
+    def __init__(self):
+        self._owners: tuple = ()
+        self._found: Optional[tuple[list[Sequence[int]], Sequence[int]]] = None
+
+    def plan(self, tensors: list[torch.Tensor], owners: Sequence[torch.Tensor]) -> tuple[list[Sequence[int]], Sequence[int]]:
+        """:func:`plan` of ``tensors``, made again only when ``owners`` changed."""
+        found = self._found
+        if found is None or len(owners) != len(self._owners) or not all(map(operator.is_, owners, self._owners)):
+            found = self._found = plan(tensors)
+            self._owners = tuple(owners)
+        return found
+
+    def forget(self) -> None:
+        self._owners, self._found = (), None
+
+
+def with_plan(reduce: Callable, tensors: list[torch.Tensor], owners: Optional[Sequence[torch.Tensor]] = None,
+              memo: Optional[PlanMemo] = None):
+    """``reduce(tensors, batches, singles)`` with ``memo``'s plan for ``owners`` when both are given (see
+    :class:`PlanMemo`), again with a fresh plan if that one is stale; else with :func:`plan`'s."""
+    if memo is not None and owners is not None:
+        try:
+            return reduce(tensors, *memo.plan(tensors, owners))
+        except StalePlan:
+            memo.forget()
+    return reduce(tensors, *plan(tensors))
 
 
 def row_reductions(x: torch.Tensor, wanted: tuple[str, ...]) -> dict[str, torch.Tensor]:
@@ -98,10 +150,13 @@ def row_reductions(x: torch.Tensor, wanted: tuple[str, ...]) -> dict[str, torch.
     return out
 
 
-def total(tensors: list[torch.Tensor]) -> float:
+def total(tensors: list[torch.Tensor], owners: Optional[Sequence[torch.Tensor]] = None, memo: Optional[PlanMemo] = None) -> float:
     """The sum of every value of ``tensors`` on the host (float32 per tensor or batch, added in float64):
-    finite exactly when every value is, unless a sum overflows."""
-    batches, singles = plan(tensors)
+    finite exactly when every value is, unless a sum overflows. ``owners`` and ``memo``: see :func:`with_plan`."""
+    return with_plan(_total, tensors, owners, memo)
+
+
+def _total(tensors: list[torch.Tensor], batches: list[Sequence[int]], singles: Sequence[int]) -> float:
     total = 0.0  # read per sum: on a CPU a float() costs less than stacking the sums first
     for positions in batches:
         total += float(matrix(tensors, positions).sum(dtype=torch.float32))

@@ -190,13 +190,20 @@ class Summaries:
 
     def __init__(self):
         self._sums = SignedSums()
+        self._memo = cpu_batches.PlanMemo()
 
-    def __call__(self, tensors: list[torch.Tensor], wanted: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    def __call__(self, tensors: list[torch.Tensor], wanted: tuple[str, ...],
+                 owners: Optional[list[torch.Tensor]] = None) -> dict[str, torch.Tensor]:
+        """``owners``: the parameters the tensors are the gradients, copies or values of, one each (the
+        CPU batches' plan is kept while they are the same: :class:`~xray_tb.health.cpu_batches.PlanMemo`)."""
         if not tensors:
             return {name: torch.zeros(0) for name in wanted}
         if tensors[0].device.type != "cpu":
             return self._vectors(tensors, wanted)
-        batches, singles = cpu_batches.plan(tensors)
+        return cpu_batches.with_plan(lambda tensors, batches, singles: self._on_cpu(tensors, wanted, batches, singles),
+                                     tensors, owners, self._memo)
+
+    def _on_cpu(self, tensors: list[torch.Tensor], wanted: tuple[str, ...], batches: list, singles) -> dict[str, torch.Tensor]:
         if not batches:
             return self._vectors(tensors, wanted)
         out = {name: torch.empty(len(tensors), dtype=torch.float32) for name in wanted}

@@ -65,6 +65,7 @@ class NonFiniteSentinel:
         self._skipped_first: Optional[tuple] = None  # the first find withdrawn in the current row of skipped steps
         #: On a CPU, which weights need no reading (:mod:`xray_tb.health.weight_versions`); None: read them all.
         self.versions: Optional[WeightVersions] = None
+        self._plans = cpu_batches.PlanMemo()  # the CPU batches of the summed tensors, kept while their weights are the same
         self.track_versions = True  # False: read every weight at every check (sharded weights: ShardedHealth)
         #: A non-finite gradient found while a GradScaler is in use waits for its next update (:mod:`~xray_tb.health.overflows`).
         self.overflows = OverflowWatch()
@@ -88,13 +89,24 @@ class NonFiniteSentinel:
                 if self._on_cpu and self.track_versions:
                     self.versions = WeightVersions()
             if self._on_cpu:  # the common CPU case first, with as little Python as possible
-                # a sparse gradient (nn.Embedding(sparse=True)): the values it stores
-                summed = [v for t in grads if t is not None and (v := t if t.layout == torch.strided else stored_values(t)) is not None]
+                # each summed tensor's owner: its weight, of its shape (the batches' plan is kept for them)
+                summed, owners = [], []
+                for weight, grad in zip(weights, grads):
+                    if grad is None:
+                        continue
+                    if grad.layout == torch.strided:
+                        summed.append(grad)
+                        owners.append(weight)
+                    elif (values := stored_values(grad)) is not None:  # sparse (nn.Embedding(sparse=True)): what it stores
+                        summed.append(values)
+                        owners.append(values)
                 # the weights, but those unchanged since found finite, or only stepped from there
                 clean = self.versions.clean(weights) if self.versions is not None else frozenset()
-                summed.extend(t for i, t in enumerate(weights) if i not in clean)
+                dirty = [t for i, t in enumerate(weights) if i not in clean]
+                summed += dirty
+                owners += dirty
                 # one sum per large tensor, one per batch of small ones (a float16 sum would overflow: float32)
-                if math.isfinite(cpu_batches.total(summed)):
+                if math.isfinite(cpu_batches.total(summed, owners, self._plans)):
                     if self.versions is not None:
                         self.versions.checked(weights, grads)
                     self.overflows.clean()

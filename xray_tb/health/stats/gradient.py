@@ -32,7 +32,9 @@ class GradientStatistics(IterationStatistic):
         size = len(view.grads)
         if not grads:
             return {column: [None] * size for column in self.columns}
-        results = self._summaries(grads, ("sum", "l1", "l2", "absmax"))
+        weights = view.weights  # a gradient has its weight's shape, dtype and device: the CPU plan is kept for them
+        owners = weights if len(indices) == len(weights) else [weights[i] for i in indices]
+        results = self._summaries(grads, ("sum", "l1", "l2", "absmax"), owners)
         return {column: scatter(results[column[len("grad_"):]], indices, size) for column in self.columns}
 
     def finalize(self, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -40,12 +40,12 @@ class UpdateRatio(IterationStatistic):
             before, norms = self._previous
             if len(before) == len(view.weights) and all(b.shape == w.shape for b, w in zip(before, view.weights)):
                 torch._foreach_sub_(before, view.weights)  # in place on the kept copy: no new allocation
-                updates, bases = self._summaries(before, ("l2",))["l2"], norms
+                updates, bases = self._summaries(before, ("l2",), view.weights)["l2"], norms
             self._previous = None
         if view.index % self._every == 0:
             with torch.no_grad():  # one multi-tensor op, whatever the number of layers (x * 1.0 is x, bit for bit)
                 copies = list(torch._foreach_mul(view.weights, 1.0))
-            self._previous = (copies, self._summaries(copies, ("l2",))["l2"])
+            self._previous = (copies, self._summaries(copies, ("l2",), view.weights)["l2"])
         return {"update_l2": updates, "update_base_l2": bases}
 
     def finalize(self, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

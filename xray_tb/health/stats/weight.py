@@ -18,4 +18,4 @@ class WeightNorm(IterationStatistic):
         self._summaries = reductions.Summaries()
 
     def compute(self, view: IterationView) -> dict[str, torch.Tensor]:
-        return {"weight_l2": self._summaries(view.weights, ("l2",))["l2"]}
+        return {"weight_l2": self._summaries(view.weights, ("l2",), view.weights)["l2"]}
