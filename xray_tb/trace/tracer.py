@@ -199,8 +199,8 @@ def _tensors(obj: Any) -> list[torch.Tensor]:
 
 
 def _shape(tensor: torch.Tensor) -> list[int]:
-    """Shape of ``tensor`` as a list of ints."""
-    return [int(size) for size in tensor.shape]
+    """Shape of ``tensor`` as a list of ints (a ``torch.Size`` holds ints in eager mode)."""
+    return list(tensor.shape)
 
 
 def _is_leaf(module: nn.Module) -> bool:
@@ -455,25 +455,36 @@ class _Recorder:
 
     def _walk_autograd(self) -> list[dict]:
         """Breadth-first walk from the outputs' ``grad_fn``s, attributing each to a node."""
+        grad_owner, producer = self._grad_owner, self._producer
         for tensor in self._alive:  # grad_fns set after the op returned (autograd.Function.apply)
-            self.own_grad_fns([tensor], self._producer[id(tensor)])
+            fn = tensor.grad_fn
+            if fn is not None:
+                grad_owner.setdefault(fn, producer[id(tensor)])
         leaf_owner = self._leaf_owners()
-        stop = {t.grad_fn for t in self._inputs if t.grad_fn is not None}
-        queue = deque((t.grad_fn, node_id) for t, node_id in self._outputs if t.grad_fn is not None)
-        seen: set[Any] = set()
+        # A node is taken once, from its first entry in the queue (first in, first out: marking it when it
+        # is queued keeps the order and the owners of marking it when it is taken, with a shorter queue).
+        seen: set[Any] = {None, *(t.grad_fn for t in self._inputs)}  # the inputs' own graphs are not walked
+        queue: deque = deque()
+        for tensor, node_id in self._outputs:
+            fn = tensor.grad_fn
+            if fn not in seen:
+                seen.add(fn)
+                queue.append((fn, node_id))
+        names: dict[type, str] = {}
         walked = []
         while queue:
             fn, inherited = queue.popleft()
-            if fn is None or fn in seen or fn in stop:
-                continue
-            seen.add(fn)
-            name = type(fn).__name__
-            owner = self._grad_owner.get(fn)
+            kind = type(fn)
+            name = names.get(kind) or names.setdefault(kind, kind.__name__)
+            owner = grad_owner.get(fn)
             if owner is None and name == "AccumulateGrad":  # a leaf tensor's: its module's, or the input's
                 owner = leaf_owner.get(id(fn.variable))
             owner = owner or inherited
             walked.append({"name": name, "node": owner})
-            queue.extend((next_fn, owner) for next_fn, _ in fn.next_functions)
+            for next_fn, _ in fn.next_functions:
+                if next_fn not in seen:
+                    seen.add(next_fn)
+                    queue.append((next_fn, owner))
         return walked
 
     def _leaf_owners(self) -> dict[int, str]:
@@ -527,7 +538,8 @@ def _hooks(modules: list[nn.Module], recorder: _Recorder) -> Iterator[None]:
         recorder.busy = True
         try:
             with _no_torch_function():
-                inputs = _tensors((args, kwargs))
+                # most calls: one tensor, no keyword arguments
+                inputs = [args[0]] if not kwargs and len(args) == 1 and type(args[0]) is torch.Tensor else _tensors((args, kwargs))
                 recorder.enter_module(module, inputs)
         finally:
             recorder.busy = False
