@@ -40,32 +40,30 @@ class ModuleHooks:
 
     def pre(self, modules: Iterable[nn.Module], hook: Callable, *, with_kwargs: bool = False, prepend: bool = False) -> None:
         """``module.register_forward_pre_hook(hook, with_kwargs=..., prepend=...)`` on each of ``modules``."""
-        key, hooked = self._key, self._pre
-        for module in modules:
-            tables = vars(module)
-            registry = tables.get("_forward_pre_hooks")
-            if type(module).register_forward_pre_hook is not _PRE or type(registry) is not OrderedDict:
-                self._handles.append(module.register_forward_pre_hook(hook, with_kwargs=with_kwargs, prepend=prepend))
-                continue
-            registry[key] = hook
-            if with_kwargs:
-                tables["_forward_pre_hooks_with_kwargs"][key] = True
-            if prepend:
-                registry.move_to_end(key, last=False)
-            hooked.append(module)
+        self._add(modules, hook, _PRE_TABLES, "register_forward_pre_hook", self._pre, with_kwargs, prepend)
 
     def post(self, modules: Iterable[nn.Module], hook: Callable, *, with_kwargs: bool = False) -> None:
         """``module.register_forward_hook(hook, with_kwargs=...)`` on each of ``modules``."""
-        key, hooked = self._key, self._post
+        self._add(modules, hook, _POST_TABLES, "register_forward_hook", self._post, with_kwargs, False)
+
+    def _add(self, modules: Iterable[nn.Module], hook: Callable, tables: tuple[str, ...], method: str,
+             hooked: list[nn.Module], with_kwargs: bool, prepend: bool) -> None:
+        """Write ``hook`` into each module's registry ``tables[0]`` (flagged in ``tables[1]`` when it takes
+        keyword arguments), as torch's ``method`` does; torch's own call for a module that registers its way."""
+        key, torchs = self._key, getattr(nn.Module, method)
+        registry_name, kwargs_name = tables[0], tables[1]
         for module in modules:
-            tables = vars(module)
-            registry = tables.get("_forward_hooks")
-            if type(module).register_forward_hook is not _POST or type(registry) is not OrderedDict:
-                self._handles.append(module.register_forward_hook(hook, with_kwargs=with_kwargs))
+            own = vars(module)
+            registry = own.get(registry_name)
+            if getattr(type(module), method) is not torchs or type(registry) is not OrderedDict:
+                extra = {"prepend": True} if prepend else {}
+                self._handles.append(getattr(module, method)(hook, with_kwargs=with_kwargs, **extra))
                 continue
             registry[key] = hook
             if with_kwargs:
-                tables["_forward_hooks_with_kwargs"][key] = True
+                own[kwargs_name][key] = True
+            if prepend:
+                registry.move_to_end(key, last=False)
             hooked.append(module)
 
     def remove(self) -> None:
@@ -85,5 +83,3 @@ class ModuleHooks:
             handle.remove()
         self._handles.clear()
 
-
-_PRE, _POST = nn.Module.register_forward_pre_hook, nn.Module.register_forward_hook

@@ -46,35 +46,36 @@ class RowBuffer:
         """One step's values in layout order: a 0-d tensor per value, None for an absent one, or a 1-D
         tensor for as many values in a row (a family's column, :func:`~xray_tb.health.stats.base.row_of`)."""
         parts: list[torch.Tensor] = []
-        scalars: list[torch.Tensor] = []
+        scalars: list[torch.Tensor] = []  # 0-d values waiting to be stacked
         missing: list[int] = []
-        width = absent = 0  # absent: the length of the run of absent values that ends at width
-        for value in values:
-            if value is None:  # runs of them (a column not measured at this step) as one view of NaN
-                if scalars:
-                    parts.append(torch.stack(scalars).float())  # stack promotes mixed dtypes
-                    scalars = []
-                absent += 1
-                width += 1
-                continue
-            if absent:
+        width = absent = 0  # absent: the run of absent values ending at width (never pending with scalars)
+
+        def close_pending() -> None:
+            nonlocal scalars, absent
+            if scalars:
+                parts.append(torch.stack(scalars).float())  # stack promotes mixed dtypes
+                scalars = []
+            if absent:  # a column not measured at this step: one view of NaN for the run
                 parts.append(nan.expand(absent).float())
                 missing.extend(range(width - absent, width))
                 absent = 0
-            if value.dim():
+
+        for value in values:
+            if value is None:
                 if scalars:
-                    parts.append(torch.stack(scalars).float())
-                    scalars = []
+                    close_pending()
+                absent += 1
+                width += 1
+            elif value.dim():
+                close_pending()
                 parts.append(value.float())
                 width += value.numel()
             else:
+                if absent:
+                    close_pending()
                 scalars.append(value)
                 width += 1
-        if absent:
-            parts.append(nan.expand(absent).float())
-            missing.extend(range(width - absent, width))
-        if scalars:
-            parts.append(torch.stack(scalars).float())
+        close_pending()
         if width != self._width:
             raise ValueError(f"a health row holds {width} values where its families' columns and layers make "
                              f"{self._width}: a statistic's compute() must give one value per layer of each column")

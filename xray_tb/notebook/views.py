@@ -15,6 +15,7 @@ import numpy as np
 
 from tb_plugin import layout
 from tb_plugin.metadata import KINDS, FrameHeader
+from xray_tb.numeric import is_number
 
 Frame = tuple[FrameHeader, np.ndarray]
 
@@ -83,7 +84,7 @@ def save_gif(frames: Sequence[Frame], path: str | os.PathLike, *, fps: float = 2
         ValueError: no frames, or frames of more than one layer and kind.
     """
     _writable(path, "path")
-    if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 < fps <= 100:
+    if not is_number(fps) or not 0 < fps <= 100:
         raise ValueError(f"fps= is the GIF's frames per second, a number in (0, 100]; got {fps!r}")
     plt = _pyplot()
     from matplotlib.animation import PillowWriter
