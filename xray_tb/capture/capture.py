@@ -20,7 +20,7 @@ from tb_plugin import frame_stats, metadata
 from tb_plugin.metadata import BATCH_KINDS, FrameHeader
 from xray_tb.trace.activations import recompute
 from xray_tb.trace.graph import ActivationSource, Tap
-from xray_tb.capture.hooks import TapValue
+from xray_tb.capture.tap_value import TapValue
 from xray_tb.capture.sharded import Gathered
 from xray_tb.capture.selectors import SelectionInfo, Selector, check_selection
 from xray_tb.capture.frame_statistics import as_float_array, frame_statistics
@@ -34,6 +34,11 @@ MISSING_REASONS = {
         "training health's gradient statistics cover the parameters that train"
     ),
     "forward": "no forward pass ran with grad enabled while Xray's hooks were armed",
+    "recomputed": (
+        "the layer ran more than once without grad in the forward, inside reentrant activation checkpointing "
+        "(torch.utils.checkpoint with use_reentrant=True), and its recomputations in backward cannot be matched to "
+        "its calls; checkpoint with use_reentrant=False to record it"
+    ),
     "grad": "no gradient reached the output (call take_graphs() after loss.backward())",
     "overwritten": (
         "the output was written in place after the layer returned it (through a view, say), so it no longer holds "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import threading
 import weakref
@@ -12,41 +11,9 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from xray_tb.capture.tap_value import TapValue, tensors_with_paths, version_of
 from xray_tb.module_hooks import ModuleHooks
 from xray_tb.trace.graph import Graph, Tap
-
-
-@dataclasses.dataclass
-class TapValue:
-    """What the latest grad-enabled forward gave at a tap: its output tensors by path (``""`` for a
-    plain tensor, ``"[0]"``, ``"[1][0]"``, ``"['logits']"`` inside tuples and dicts), and their
-    gradients after backward. ``versions`` holds the version counter of each output that was kept
-    without a copy, as the layer returned it: a later in-place write (also through a view) changes
-    it, and the output no longer holds what the layer returned."""
-
-    outputs: dict[str, torch.Tensor]
-    grads: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
-    versions: dict[str, int] = dataclasses.field(default_factory=dict)
-    #: Outputs whose gradient was asked for; a path missing from ``grads`` after backward never got one.
-    expected_grads: tuple[str, ...] = ()
-
-    def overwritten(self, path: str) -> bool:
-        """Whether the output at ``path`` was written in place after the layer returned it."""
-        version = self.versions.get(path)
-        return version is not None and _version(self.outputs[path]) != version
-
-
-def tensors_with_paths(value: Any, path: str = "") -> list[tuple[str, torch.Tensor]]:
-    """Every tensor in a module output (a tensor, or tuples, lists and dicts of them) with its path."""
-    if isinstance(value, torch.Tensor):
-        return [(path, value)]
-    if isinstance(value, dict):
-        items = ((f"[{key!r}]", item) for key, item in value.items())
-    elif isinstance(value, (tuple, list)):
-        items = ((f"[{index}]", item) for index, item in enumerate(value))
-    else:
-        return []
-    return [found for suffix, item in items for found in tensors_with_paths(item, path + suffix)]
 
 
 class _InertHook:
@@ -92,14 +59,6 @@ def call_weakly(owner: "weakref.ref", method: str, *args) -> None:
         getattr(target, method)(*args)
 
 
-def _version(tensor: torch.Tensor) -> Optional[int]:
-    """The tensor's version counter (shared with its views), None where it has none (inference tensors)."""
-    try:
-        return tensor._version
-    except RuntimeError:
-        return None
-
-
 def _grad_keeper(grads: dict[str, torch.Tensor], path: str) -> Callable:
     def keep(grad: Optional[torch.Tensor]) -> None:
         # Autograd hands None for an output of a multi-output node that the loss does not use
@@ -123,6 +82,14 @@ class TapRecorder:
     each module), so every such forward keeps its own outputs. Outputs in ``copy`` are copied,
     because a later op overwrites them in place; gradients of outputs in ``grads`` are caught with a
     tensor hook, which sees the gradient of the output as it was before any in-place op.
+
+    Under reentrant activation checkpointing (``torch.utils.checkpoint(..., use_reentrant=True)``,
+    torch's default when ``use_reentrant`` is not given) a checkpointed segment runs without grad in
+    the forward and again, with grad, in backward. A tapped call that ran without grad keeps the output
+    of that recomputation (the same values; its gradient arrives there). A forward inside a backward
+    (also the whole model's) counts no call and replaces nothing a forward kept. A module that ran
+    more than once without grad cannot be matched to its recomputations (segments recompute in
+    reverse order): nothing is kept for it, and :attr:`errors` says why.
     """
 
     def __init__(
@@ -153,6 +120,8 @@ class TapRecorder:
         self._copy, self._grads = copy, grads
         self._calls: dict[str, int] = {}
         self._rooted = False  # the root module's forward ran since the step began: calls counted from it
+        # per module: the taps (None: untapped) of its calls without grad in this forward, for a recomputation
+        self._without_grad: dict[str, list[Optional[Tap]]] = {}
         #: Why a tap's output could not be kept in the latest forward, by tap.
         self.errors: dict[Tap, str] = {}
         self.owner: Optional[int] = None
@@ -171,6 +140,7 @@ class TapRecorder:
         which also restarts the count of module calls (for a forward that never runs the root module)."""
         self.owner = threading.get_ident()
         self._calls.clear()
+        self._without_grad.clear()
         self._rooted = False
 
     def copy_from_now_on(self, tap: Tap) -> None:
@@ -199,13 +169,13 @@ class TapRecorder:
         thread = threading.get_ident()
         if self.owner is None and torch.is_grad_enabled():
             self.owner = thread
-        if thread != self.owner:
+        if thread != self.owner or torch._C._current_autograd_node() is not None:  # not a recomputation in backward
             return
         self._calls.clear()
+        self._without_grad.clear()
         self._rooted = True
         if torch.is_grad_enabled():
             self.errors.clear()
-        if torch.is_grad_enabled():
             self._drop_tensor_hooks()
 
     def _drop_tensor_hooks(self) -> None:
@@ -215,6 +185,9 @@ class TapRecorder:
         self._tensor_handles.clear()
 
     def _on_output(self, module, args, output) -> None:
+        if torch._C._current_autograd_node() is not None:  # a forward inside a backward: a checkpoint's recomputation
+            self._on_recomputed(module, output)
+            return
         thread = threading.get_ident()
         if self.owner is None and torch.is_grad_enabled():
             self.owner = thread  # the first training forward, also one that never runs the root module
@@ -225,12 +198,40 @@ class TapRecorder:
         self._calls[name] = count + 1
         call = count if self._rooted else count % per_forward  # a dynamic forward may call it more often than the trace
         tap = taps[call] if call < len(taps) else None
-        if tap is not None and torch.is_grad_enabled():
-            try:
-                self._keep(tap, tensors_with_paths(output))
-            except Exception as error:  # noqa: BLE001 - Xray must never break the user's forward
-                self.latest.pop(tap, None)
-                self.errors[tap] = f"failed: keeping the output raised {type(error).__name__}: {error}"
+        if not torch.is_grad_enabled():
+            without_grad = self._without_grad.setdefault(name, [])
+            if len(without_grad) <= per_forward:  # bounded: more than one is too many anyway
+                without_grad.append(tap)
+        elif tap is not None:
+            self._keep_safely(tap, output)
+
+    def _on_recomputed(self, module, output) -> None:
+        """A module run again in backward (reentrant checkpointing): keep its output for the tapped call
+        that ran without grad in the forward, when that call is the module's only one without grad."""
+        calls = self._without_grad.get(self._targets[id(module)][0])
+        if not calls or not torch.is_grad_enabled():
+            return
+        if len(calls) > 1:
+            for tap in filter(None, calls):
+                self._drop(tap, "recomputed")
+            calls.clear()
+            return
+        tap = calls.pop()
+        if tap is not None:
+            self._keep_safely(tap, output)
+
+    def _keep_safely(self, tap: Tap, output: Any) -> None:
+        try:
+            self._keep(tap, tensors_with_paths(output))
+        except Exception as error:  # noqa: BLE001 - Xray must never break the user's forward
+            self._drop(tap, f"failed: keeping the output raised {type(error).__name__}: {error}")
+
+    def _drop(self, tap: Tap, reason: str) -> None:
+        """Forget what ``tap`` kept (an earlier forward's), and say why nothing is."""
+        self.latest.pop(tap, None)
+        for handle in self._tensor_handles.pop(tap, ()):
+            handle.remove()
+        self.errors[tap] = reason
 
     def _keep(self, tap: Tap, outputs: list[tuple[str, torch.Tensor]]) -> None:
         if not outputs:
@@ -240,7 +241,7 @@ class TapRecorder:
         copy = tap in self._copy
         value = TapValue({path: tensor.detach().clone() if copy else tensor.detach() for path, tensor in outputs})
         if not copy:
-            value.versions = {path: version for path, tensor in outputs if (version := _version(tensor)) is not None}
+            value.versions = {path: version for path, tensor in outputs if (version := version_of(tensor)) is not None}
         self.latest[tap] = value
         if tap in self._grads:
             wanted = [(path, tensor) for path, tensor in outputs if tensor.requires_grad]
@@ -253,6 +254,7 @@ class TapRecorder:
         self.latest.clear()
         self.errors.clear()
         self._calls.clear()
+        self._without_grad.clear()
 
     def remove(self) -> None:
         """Remove every hook and forget everything; idempotent."""
