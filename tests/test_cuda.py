@@ -1,6 +1,8 @@
 """The CUDA paths: training health's on-device reductions and a capture on a GPU model, each checked
-against autograd, numpy or TensorBoard's own histogram. Skipped where no GPU is (CI); run on a GPU
-machine with ``python -m pytest -m cuda``."""
+against autograd, numpy or TensorBoard's own histogram. Each test runs twice: on a GPU (``cuda``,
+skipped where none is, as in CI; on a GPU machine ``python -m pytest -m cuda``), and on the CPU with
+the device path forced (``cpu_device_path``, :func:`xray_tb.devices.device_path_on_cpu`): the same
+code an accelerator runs, value for value, on every machine."""
 
 from __future__ import annotations
 
@@ -16,13 +18,23 @@ from torch.nn import functional as F
 
 from tb_plugin import health_metadata
 from xray_tb import Xray, open_run
+from xray_tb.devices import device_path_on_cpu
 from xray_tb.health import HealthOptions
 from xray_tb.health.findings import NonFinite
 
 from tests.health.helpers import scalars, values_by_tag
 
-pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-CUDA = torch.device("cuda")
+
+
+@pytest.fixture(params=[pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]),
+                        "cpu_device_path"])
+def device(request):
+    """A device GPU, or the CPU with every reduction on the device path."""
+    if request.param == "cuda":
+        yield torch.device("cuda")
+        return
+    with device_path_on_cpu():
+        yield torch.device("cpu")
 
 
 class ConvNet(nn.Module):
@@ -36,15 +48,15 @@ class ConvNet(nn.Module):
         return self.fc2(torch.relu(self.fc1(torch.relu(self.conv(x)).flatten(1))))
 
 
-def test_per_iteration_statistics_on_the_gpu_equal_autograds_gradients(tmp_path):
+def test_per_iteration_statistics_on_the_gpu_equal_autograds_gradients(tmp_path, device):
     torch.manual_seed(0)
-    model = ConvNet().to(CUDA)
+    model = ConvNet().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     generator = torch.Generator().manual_seed(1)
     truth, weights = {}, {}
     with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=3, health=HealthOptions(every=1, histograms_every=1)) as xray:
         for step in range(7):
-            x, y = torch.randn(16, 1, 6, 6, generator=generator).to(CUDA), torch.randint(0, 3, (16,), generator=generator).to(CUDA)
+            x, y = torch.randn(16, 1, 6, 6, generator=generator).to(device), torch.randint(0, 3, (16,), generator=generator).to(device)
             optimizer.zero_grad()
             F.cross_entropy(model(x), y).backward()
             g = model.fc1.weight.grad.double().cpu().numpy()
@@ -77,16 +89,16 @@ def test_per_iteration_statistics_on_the_gpu_equal_autograds_gradients(tmp_path)
         np.testing.assert_array_equal(tensor_util.make_ndarray(value.tensor), tensor_util.make_ndarray(reference))
 
 
-def test_a_nan_weight_on_the_gpu_is_named_with_its_step_and_layer(tmp_path):
+def test_a_nan_weight_on_the_gpu_is_named_with_its_step_and_layer(tmp_path, device):
     torch.manual_seed(0)
-    model = ConvNet().to(CUDA)
+    model = ConvNet().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=2, health=HealthOptions(every=1)) as xray:
         for step in range(6):
             if step == 4:
                 with torch.no_grad():
                     model.fc2.weight[1, 2] = math.nan
-            x, y = torch.randn(8, 1, 6, 6, device=CUDA), torch.randint(0, 3, (8,), device=CUDA)
+            x, y = torch.randn(8, 1, 6, 6, device=device), torch.randint(0, 3, (8,), device=device)
             optimizer.zero_grad()
             F.cross_entropy(model(x), y).backward()
             xray.take_graphs()
@@ -95,9 +107,9 @@ def test_a_nan_weight_on_the_gpu_is_named_with_its_step_and_layer(tmp_path):
         assert ("nonfinite", "fc2", 4) in [(f.rule, f.layer, f.step) for f in xray.findings()]
 
 
-def test_planted_dead_units_on_the_gpu_are_found_and_pruned_without_changing_outputs(tmp_path):
+def test_planted_dead_units_on_the_gpu_are_found_and_pruned_without_changing_outputs(tmp_path, device):
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4)).to(CUDA)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4)).to(device)
     dead = list(range(0, 64, 4))
     with torch.no_grad():
         model[0].weight[dead] = 0.0
@@ -105,13 +117,13 @@ def test_planted_dead_units_on_the_gpu_are_found_and_pruned_without_changing_out
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     xray = Xray(model, input_size=(16,), logdir=str(tmp_path), every=2, health=HealthOptions(every=1))
     for _ in range(20):
-        x, y = torch.randn(32, 16, device=CUDA), torch.randint(0, 4, (32,), device=CUDA)
+        x, y = torch.randn(32, 16, device=device), torch.randint(0, 4, (32,), device=device)
         optimizer.zero_grad()
         F.cross_entropy(model(x), y).backward()
         xray.take_graphs()
         optimizer.step()
     assert xray.dead_units() == {"0": dead}
-    probe = torch.randn(128, 16, device=CUDA)
+    probe = torch.randn(128, 16, device=device)
     with torch.no_grad():
         before = model(probe)
     assert [(e.layer, e.units, e.applied) for e in xray.prune(dry_run=False)] == [("0", dead, True)]
@@ -134,9 +146,9 @@ class TwoHeads(nn.Module):
         return h[-1]
 
 
-def test_a_gradient_that_never_arrives_on_the_gpu_is_reported_not_raised(tmp_path):
+def test_a_gradient_that_never_arrives_on_the_gpu_is_reported_not_raised(tmp_path, device):
     torch.manual_seed(0)
-    model, x = TwoHeads().to(CUDA), torch.randn(5, 4, device=CUDA)
+    model, x = TwoHeads().to(device), torch.randn(5, 4, device=device)
     with Xray(model, x, logdir=str(tmp_path), plan={"lstm": {"grad": True, "output": True}}) as xray:
         model(x).sum().backward()
         with pytest.warns(UserWarning, match="no gradient reached the output"):
@@ -146,22 +158,22 @@ def test_a_gradient_that_never_arrives_on_the_gpu_is_reported_not_raised(tmp_pat
         assert torch.isfinite(values).all()
 
 
-def test_weight_histograms_bucketed_on_the_gpu_equal_tensorboards_bit_for_bit():
+def test_weight_histograms_bucketed_on_the_gpu_equal_tensorboards_bit_for_bit(device):
     from xray_tb.health.stats.histograms import batch_buckets
 
     rng = np.random.default_rng(0)
     pieces = [rng.standard_normal(n).astype(np.float32) for n in (60, 36864, 1)]
     pieces += [np.zeros(0, np.float32), np.full(5, 3.0, np.float32), np.array([np.nan, 1, 2, np.inf], np.float32)]
-    got = batch_buckets(torch.from_numpy(np.concatenate(pieces)).to(CUDA), [p.size for p in pieces])
+    got = batch_buckets(torch.from_numpy(np.concatenate(pieces)).to(device), [p.size for p in pieces])
     for piece, buckets in zip(pieces, got):
         reference = summary_v2.histogram_pb("t", piece[np.isfinite(piece)]).value[0].tensor
         np.testing.assert_array_equal(buckets, tensor_util.make_ndarray(reference))
 
 
-def test_a_nan_weight_is_named_at_its_step_at_the_default_pace_on_the_gpu(tmp_path):
+def test_a_nan_weight_is_named_at_its_step_at_the_default_pace_on_the_gpu(tmp_path, device):
     """The sentinel's device path: flags kept on the GPU every iteration, read with the next block."""
     torch.manual_seed(0)
-    model = ConvNet().to(CUDA)
+    model = ConvNet().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     generator = torch.Generator().manual_seed(1)
     with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=10, optimizer=optimizer) as xray:
@@ -169,7 +181,7 @@ def test_a_nan_weight_is_named_at_its_step_at_the_default_pace_on_the_gpu(tmp_pa
             if step == 37:
                 with torch.no_grad():
                     model.fc1.weight[3, 7] = float("nan")
-            x, y = torch.randn(16, 1, 6, 6, generator=generator).to(CUDA), torch.randint(0, 3, (16,), generator=generator).to(CUDA)
+            x, y = torch.randn(16, 1, 6, 6, generator=generator).to(device), torch.randint(0, 3, (16,), generator=generator).to(device)
             optimizer.zero_grad()
             F.cross_entropy(model(x), y).backward()
             optimizer.step()
@@ -177,11 +189,11 @@ def test_a_nan_weight_is_named_at_its_step_at_the_default_pace_on_the_gpu(tmp_pa
         assert xray.first_nonfinite == NonFinite(step=37, layer="fc1", kind="weight")
 
 
-def test_signed_sums_and_norms_on_the_gpu_equal_per_tensor_math():
+def test_signed_sums_and_norms_on_the_gpu_equal_per_tensor_math(device):
     from xray_tb.health import reductions
 
-    generator = torch.Generator(device=CUDA).manual_seed(0)
-    tensors = [torch.randn(n, device=CUDA, generator=generator) for n in (7, 300, 4096, 1)] + [torch.randn(50, device=CUDA, generator=generator).half()]
+    generator = torch.Generator(device=device).manual_seed(0)
+    tensors = [torch.randn(n, device=device, generator=generator) for n in (7, 300, 4096, 1)] + [torch.randn(50, device=device, generator=generator).half()]
     for got, t in zip(reductions.SignedSums()(tensors), tensors):
         assert float(got) == pytest.approx(float(t.double().sum()), rel=1e-4, abs=1e-4)
     for ord in (1, 2, math.inf):

@@ -25,6 +25,7 @@ from xray_tb.capture.sharded import Gathered
 from xray_tb.capture.selectors import SelectionInfo, Selector, check_selection
 from xray_tb.capture.frame_statistics import as_float_array, frame_statistics
 from xray_tb.capture.shared_reductions import SharedReductions
+from xray_tb.devices import on_host
 
 #: Why a planned kind could not be recorded, by reason key.
 MISSING_REASONS = {
@@ -242,7 +243,7 @@ def make_frame(
 
 def _kept_values(view: torch.Tensor, indices: list[int]) -> np.ndarray:
     """A float32 copy of ``view`` at ``indices`` along its first axis, on the host."""
-    if view.device.type == "cpu":
+    if on_host(view):
         values = as_float_array(view)
         return (values[indices] if view.dim() else values.copy()).astype(np.float32, copy=False)
     chosen = view.index_select(0, torch.tensor(indices, dtype=torch.long, device=view.device)) if view.dim() else view

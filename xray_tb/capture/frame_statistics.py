@@ -10,6 +10,7 @@ import torch
 
 from tb_plugin.metadata import STATS
 from xray_tb.capture.shared_reductions import SharedReductions
+from xray_tb.devices import on_host
 
 
 def frame_statistics(tensors: list[torch.Tensor], reductions: Optional[SharedReductions] = None) -> list[dict[str, float]]:
@@ -22,9 +23,9 @@ def frame_statistics(tensors: list[torch.Tensor], reductions: Optional[SharedRed
     """
     reductions = SharedReductions() if reductions is None else reductions
     results: list[dict[str, float]] = [{} for _ in tensors]
-    on_device = [(i, t) for i, t in enumerate(tensors) if t.device.type != "cpu"]
+    on_device = [(i, t) for i, t in enumerate(tensors) if not on_host(t)]
     for i, tensor in enumerate(tensors):
-        if tensor.device.type == "cpu":
+        if on_host(tensor):
             results[i] = _host_statistics(tensor, reductions)
     if on_device:
         target = on_device[0][1].device

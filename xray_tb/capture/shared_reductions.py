@@ -26,6 +26,8 @@ from typing import Optional
 import numpy as np
 import torch
 
+from xray_tb.devices import on_host
+
 #: dtypes whose channel sums are taken without a copy (others are read as float32 copies).
 _SHARED_DTYPES = (torch.float32, torch.float64)
 #: Rows added in float32 before their sums are added in float64 (a linear layer's channel sums).
@@ -168,7 +170,7 @@ class SharedReductions:
         return entry.values, entry.total, entry.squares, entry.low, entry.high
 
     def _entry(self, tensor: torch.Tensor) -> Optional[_Entry]:
-        if tensor.device.type != "cpu" or not tensor.is_floating_point() or tensor.layout != torch.strided:
+        if not on_host(tensor) or not tensor.is_floating_point() or tensor.layout != torch.strided:
             return None
         tensor = tensor.detach()
         if not self._depth:

@@ -21,6 +21,7 @@ from typing import Optional
 import torch
 
 from xray_tb.health import cpu_batches
+from xray_tb.devices import on_host
 
 #: The largest scratch buffer (values) used for signed sums on a GPU: 64 MiB of float32.
 CHUNK = 1 << 24
@@ -103,7 +104,7 @@ def abs_maxima(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """Each tensor's largest absolute value (NaN when it holds a NaN)."""
 
     def reduce(members: list[torch.Tensor]) -> list[torch.Tensor]:
-        if members[0].device.type != "cpu":
+        if not on_host(members[0]):
             return _norms(members, math.inf)
         return _empty_as_zero(members, _cpu_abs_maxima, members[0].dtype)
 
@@ -126,7 +127,7 @@ class SignedSums:
         return _per_group(tensors, self._group)
 
     def _group(self, members: list[torch.Tensor]) -> list[torch.Tensor]:
-        if members[0].device.type == "cpu":
+        if on_host(members[0]):
             return [t.sum(dtype=torch.float32) for t in members]
         key = (members[0].device, tuple(tuple(t.shape) for t in members))
         plan = self._plans.get(key)
@@ -198,7 +199,7 @@ class Summaries:
         CPU batches' plan is kept while they are the same: :class:`~xray_tb.health.cpu_batches.PlanMemo`)."""
         if not tensors:
             return {name: torch.zeros(0) for name in wanted}
-        if tensors[0].device.type != "cpu":
+        if not on_host(tensors[0]):
             return self._vectors(tensors, wanted)
         return cpu_batches.with_plan(lambda tensors, batches, singles: self._on_cpu(tensors, wanted, batches, singles),
                                      tensors, owners, self._memo)

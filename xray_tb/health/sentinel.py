@@ -44,6 +44,7 @@ from xray_tb.health.nonfinite import FlagRows
 from xray_tb.health.overflows import OverflowWatch
 from xray_tb.health.stats.base import stored_values
 from xray_tb.health.weight_versions import WeightVersions
+from xray_tb.devices import on_host
 
 
 class NonFiniteSentinel:
@@ -85,7 +86,7 @@ class NonFiniteSentinel:
             if self.overflows.waiting_step is not None:
                 self.settle(at_check=True)
             if self._on_cpu is None:
-                self._on_cpu = all(w.device.type == "cpu" for w in weights)
+                self._on_cpu = all(map(on_host, weights))
                 if self._on_cpu and self.track_versions:
                     self.versions = WeightVersions()
             if self._on_cpu:  # the common CPU case first, with as little Python as possible

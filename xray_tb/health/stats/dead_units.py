@@ -25,6 +25,7 @@ import torch
 
 from xray_tb.numeric import is_number
 from xray_tb.health.stats.base import ActivationStatistic, ActivationValue
+from xray_tb.devices import on_host
 
 
 class DeadUnits(ActivationStatistic):
@@ -139,7 +140,7 @@ def _write_rounded_up(row: torch.Tensor, values: torch.Tensor) -> None:
     or above it (NaN stays NaN). On a CPU through numpy on the bits (a bfloat16 is the upper half of a
     float32: positive values with lower bits set go one up, the others are cut); else with torch ops."""
     values = values.to(row.device)  # the maxima gathered over ranks may sit elsewhere
-    if row.device.type == "cpu":
+    if on_host(row):
         floats = values.contiguous().numpy()
         bits = floats.view(np.uint32)
         upper = (bits >> 16).astype(np.uint16)

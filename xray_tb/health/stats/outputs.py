@@ -12,6 +12,7 @@ import torch
 
 from xray_tb.capture.shared_reductions import SharedReductions
 from xray_tb.health.stats.base import Statistic
+from xray_tb.devices import on_host
 
 
 def nonfinite_flags(tensors: list[Optional[torch.Tensor]], reductions: Optional[SharedReductions] = None) -> list[Optional[torch.Tensor]]:
@@ -28,7 +29,7 @@ def nonfinite_flags(tensors: list[Optional[torch.Tensor]], reductions: Optional[
     if not present:
         return out
     reductions = SharedReductions() if reductions is None else reductions
-    flags = [_FLAGS[_host_nonfinite(t, reductions)] for t in present] if all(t.device.type == "cpu" for t in present) else device_flags(present)
+    flags = [_FLAGS[_host_nonfinite(t, reductions)] for t in present] if all(map(on_host, present)) else device_flags(present)
     for i, flag in zip(indices, flags):
         out[i] = flag
     return out
