@@ -57,6 +57,14 @@ def local(tensor: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     return tensor
 
 
+def local_all(tensors: list) -> list:
+    """:func:`local` of each entry, looking for the DTensor type once: a plain copy of the list when
+    no DTensor can exist (no Python call per tensor on the common path)."""
+    if _dtensor_type() is None:
+        return list(tensors)
+    return [local(tensor) for tensor in tensors]
+
+
 def any_sharded(tensors) -> bool:
     dtensor = _dtensor_type()
     return dtensor is not None and any(isinstance(tensor, dtensor) for tensor in tensors)

@@ -16,6 +16,7 @@ sum and of a norm, and of an absolute maximum combined with others by ``max``.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Optional
 
 import torch
@@ -23,16 +24,16 @@ import torch
 from xray_tb.health import cpu_batches
 from xray_tb.devices import on_host
 
+_DTYPE, _DEVICE, _SHAPE = operator.attrgetter("dtype"), operator.attrgetter("device"), operator.attrgetter("shape")
+
 #: The largest scratch buffer (values) used for signed sums on a GPU: 64 MiB of float32.
 CHUNK = 1 << 24
 
 
 def groups(tensors: list[torch.Tensor]) -> list[tuple[list[int], list[torch.Tensor]]]:
     """``(positions, tensors)`` per (device, dtype), in order of first appearance."""
-    if tensors:  # the common case, one group, checked with as little Python per tensor as possible
-        dtype = tensors[0].dtype
-        if all(t.dtype is dtype for t in tensors) and len({t.device for t in tensors}) == 1:
-            return [(list(range(len(tensors))), list(tensors))]
+    if tensors and len(set(map(_DTYPE, tensors))) == 1 and len(set(map(_DEVICE, tensors))) == 1:
+        return [(list(range(len(tensors))), list(tensors))]  # the common case, checked without Python per tensor
     by_key: dict = {}
     for index, tensor in enumerate(tensors):
         entry = by_key.setdefault((tensor.device, tensor.dtype), ([], []))
@@ -129,7 +130,7 @@ class SignedSums:
     def _group(self, members: list[torch.Tensor]) -> list[torch.Tensor]:
         if on_host(members[0]):
             return [t.sum(dtype=torch.float32) for t in members]
-        key = (members[0].device, tuple(tuple(t.shape) for t in members))
+        key = (members[0].device, tuple(map(_SHAPE, members)))
         plan = self._plans.get(key)
         if plan is None:
             if len(self._plans) >= 4:  # each plan holds a scratch: keep only the recent layouts

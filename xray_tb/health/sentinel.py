@@ -46,6 +46,8 @@ from xray_tb.health.stats.base import stored_values
 from xray_tb.health.weight_versions import WeightVersions
 from xray_tb.devices import on_host
 
+_STRIDED = torch.strided
+
 
 class NonFiniteSentinel:
     """Flags for the first iteration with a non-finite weight, bias or gradient, by layer and kind."""
@@ -68,6 +70,7 @@ class NonFiniteSentinel:
         self.versions: Optional[WeightVersions] = None
         self._plans = cpu_batches.PlanMemo()  # the CPU batches of the summed tensors, kept while their weights are the same
         self.track_versions = True  # False: read every weight at every check (sharded weights: ShardedHealth)
+        self.sharded = False  # the weights are DTensors (ShardedHealth): each is checked as this rank's shard
         #: A non-finite gradient found while a GradScaler is in use waits for its next update (:mod:`~xray_tb.health.overflows`).
         self.overflows = OverflowWatch()
         #: Called with the step of a find the scaler's update showed to be an overflow (its row is dropped).
@@ -113,8 +116,12 @@ class NonFiniteSentinel:
                     self.overflows.clean()
                     return
             biases = biases or []
-            tensors = [*weights, *[None if g is None else stored_values(g) for g in grads],
-                       *map(sharding.local, biases), *[None if b.grad is None else stored_values(sharding.local(b.grad)) for b in biases]]
+            bias_grads = [b.grad for b in biases]
+            if self.sharded:  # this rank's shards
+                biases, bias_grads = sharding.local_all(biases), sharding.local_all(bias_grads)
+            # a sparse gradient as what it stores; a dense one as it is (no call per tensor)
+            tensors = [*weights, *[g if g is None or g.layout is _STRIDED else stored_values(g) for g in grads],
+                       *biases, *[g if g is None or g.layout is _STRIDED else stored_values(g) for g in bias_grads]]
             positions = [i for i, t in enumerate(tensors) if t is not None and t.numel()]
             checked = [tensors[i] for i in positions]
             if not checked:

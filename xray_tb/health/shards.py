@@ -54,6 +54,7 @@ class ShardedHealth:
         self._counted = torch.zeros(0, dtype=torch.bool)  # ranks × columns: which ranks' values a sum or a norm adds
         sentinel.shared = group is not None  # its findings count once the ranks agreed on them
         sentinel.track_versions = False  # local shards are read at every check
+        sentinel.sharded = True
 
     @classmethod
     def of(cls, group: Optional[Group], weights: list[torch.Tensor], sentinel: NonFiniteSentinel) -> Optional["ShardedHealth"]:
