@@ -13,7 +13,10 @@ with no capture due (``every=xray_tb.schedules.at([])``):
 
 Each step is zero_grad, forward, MSE loss, backward, xray.take_graphs(), optimizer.step() (SGD).
 It also prints the operations one measured iteration dispatches on the device path (a GPU's),
-counted on the meta device for each N: a fixed number means a fixed number of kernel launches.
+counted on the meta device for each N: a fixed number means a fixed number of kernel launches; and
+the host's Python calls of one measured iteration on that path (Python and C functions called from
+Python, counted with ``sys.setprofile`` on CPU tensors sent down the device path), the Python an
+accelerator's host runs per iteration.
 After a warm-up, round after round, each copy runs a window of --steps steps, the two alternating
 (which one goes first alternates too). On CUDA the window ends with torch.cuda.synchronize() and
 the clock is wall time; on CPU it is process CPU time (the event writer's thread included). Per N the
@@ -129,6 +132,7 @@ def main() -> None:
         cost[layers] = statistics.median(differences)
         print(f"{layers:6d} {off * 1e3:11.3f} {on * 1e3:10.3f} {cost[layers] * 1e6:15.1f} {cost[layers] * 1e6 / layers:9.2f}")
     report_dispatched_ops(counts)
+    report_device_path_python(counts, args.batch)
     if len(counts) > 1:
         low, high = min(counts), max(counts)
         if cost[low] > 0:
@@ -148,6 +152,38 @@ def report_dispatched_ops(counts: list[int]) -> None:
     print("device path, ops dispatched per measured iteration (meta device): "
           + ", ".join(f"{layers} layers {total:.0f}" for layers, total in totals.items())
           + (": flat" if len(set(totals.values())) == 1 else ": grows with the layers"))
+
+
+def report_device_path_python(counts: list[int], batch: int, iterations: int = 20) -> None:
+    """The host's Python on the device path: the Python function calls one measured iteration makes (its
+    ``take_graphs()`` call), by layer count, counted with ``sys.setprofile`` on CPU tensors sent down the
+    device path (:func:`xray_tb.devices.device_path_on_cpu`): the same Python an accelerator's host runs."""
+    from xray_tb.devices import device_path_on_cpu
+
+    calls = {}
+    for layers in counts:
+        with tempfile.TemporaryDirectory() as tmp, device_path_on_cpu():
+            loop = Loop(layers, HealthOptions(every=1), torch.device("cpu"), tmp)
+            x, y = torch.randn(batch, WIDTH), torch.randn(batch, WIDTH)
+            counted = [0]
+
+            def count(frame, event, arg) -> None:
+                if event in ("call", "c_call"):
+                    counted[0] += 1
+
+            for index in range(10 + iterations):
+                loop.optimizer.zero_grad()
+                F.mse_loss(loop.model(x), y).backward()
+                if index >= 10:
+                    sys.setprofile(count)
+                loop.xray.take_graphs()
+                sys.setprofile(None)
+                loop.optimizer.step()
+            loop.close()
+        calls[layers] = counted[0] / iterations
+    print("device path, host Python calls per measured iteration (CPU tensors on the device path): "
+          + ", ".join(f"{layers} layers {total:.0f}" for layers, total in calls.items())
+          + (f": {(calls[max(counts)] - calls[min(counts)]) / (max(counts) - min(counts)):.1f} more per layer" if len(counts) > 1 else ""))
 
 
 if __name__ == "__main__":
