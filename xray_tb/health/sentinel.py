@@ -122,7 +122,7 @@ class NonFiniteSentinel:
             # a sparse gradient as what it stores; a dense one as it is (no call per tensor)
             tensors = [*weights, *[g if g is None or g.layout is _STRIDED else stored_values(g) for g in grads],
                        *biases, *[g if g is None or g.layout is _STRIDED else stored_values(g) for g in bias_grads]]
-            positions = [i for i, t in enumerate(tensors) if t is not None and t.numel()]
+            positions = [i for i, t in enumerate(tensors) if t is not None]  # an empty one's norm is 0: finite
             checked = [tensors[i] for i in positions]
             if not checked:
                 return

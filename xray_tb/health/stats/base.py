@@ -17,6 +17,7 @@ are written (``{stat: steps × layers}``).
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import Optional
 
 import numpy as np
@@ -98,15 +99,18 @@ class ActivationStatistic(Statistic):
         raise NotImplementedError
 
 
+_LAYOUT = operator.attrgetter("layout")
+
+
 def present(tensors: list[Optional[torch.Tensor]]) -> tuple[list[int], list[torch.Tensor]]:
     """The indices of the entries that hold values (gradients may be None), and those values: a dense
     tensor itself, a sparse one's (``nn.Embedding(sparse=True)``) as :func:`stored_values` gives them."""
-    indices, values = [], []
-    for i, t in enumerate(tensors):
-        if t is not None and (t.layout == torch.strided or (t := stored_values(t)) is not None):
-            indices.append(i)
-            values.append(t)
-    return indices, values
+    indices = [i for i, t in enumerate(tensors) if t is not None]
+    values = [tensors[i] for i in indices]
+    if all(layout is torch.strided for layout in set(map(_LAYOUT, values))):  # the common case: no call per tensor
+        return indices, values
+    kept = [(i, t) for i, t in zip(indices, map(stored_values, values)) if t is not None]
+    return [i for i, _ in kept], [t for _, t in kept]
 
 
 def stored_values(tensor: torch.Tensor) -> Optional[torch.Tensor]:
