@@ -229,15 +229,17 @@ class TapRecorder:
     def _drop(self, tap: Tap, reason: str) -> None:
         """Forget what ``tap`` kept (an earlier forward's), and say why nothing is."""
         self.latest.pop(tap, None)
+        self._drop_grad_hooks(tap)
+        self.errors[tap] = reason
+
+    def _drop_grad_hooks(self, tap: Tap) -> None:
         for handle in self._tensor_handles.pop(tap, ()):
             handle.remove()
-        self.errors[tap] = reason
 
     def _keep(self, tap: Tap, outputs: list[tuple[str, torch.Tensor]]) -> None:
         if not outputs:
             return
-        for handle in self._tensor_handles.pop(tap, ()):  # a previous forward's, when the root never ran
-            handle.remove()
+        self._drop_grad_hooks(tap)  # a previous forward's, when the root never ran
         copy = tap in self._copy
         value = TapValue({path: tensor.detach().clone() if copy else tensor.detach() for path, tensor in outputs})
         if not copy:

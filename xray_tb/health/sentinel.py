@@ -42,11 +42,9 @@ from xray_tb import sharding
 from xray_tb.health import cpu_batches, reductions
 from xray_tb.health.nonfinite import FlagRows
 from xray_tb.health.overflows import OverflowWatch
-from xray_tb.health.stats.base import stored_values
+from xray_tb.health.stats.base import stored_all, stored_values
 from xray_tb.health.weight_versions import WeightVersions
 from xray_tb.devices import on_host
-
-_STRIDED = torch.strided
 
 
 class NonFiniteSentinel:
@@ -119,9 +117,7 @@ class NonFiniteSentinel:
             bias_grads = [b.grad for b in biases]
             if self.sharded:  # this rank's shards
                 biases, bias_grads = sharding.local_all(biases), sharding.local_all(bias_grads)
-            # a sparse gradient as what it stores; a dense one as it is (no call per tensor)
-            tensors = [*weights, *[g if g is None or g.layout is _STRIDED else stored_values(g) for g in grads],
-                       *biases, *[g if g is None or g.layout is _STRIDED else stored_values(g) for g in bias_grads]]
+            tensors = [*weights, *stored_all(grads), *biases, *stored_all(bias_grads)]  # a sparse gradient: what it stores
             positions = [i for i, t in enumerate(tensors) if t is not None]  # an empty one's norm is 0: finite
             checked = [tensors[i] for i in positions]
             if not checked:

@@ -105,12 +105,17 @@ _LAYOUT = operator.attrgetter("layout")
 def present(tensors: list[Optional[torch.Tensor]]) -> tuple[list[int], list[torch.Tensor]]:
     """The indices of the entries that hold values (gradients may be None), and those values: a dense
     tensor itself, a sparse one's (``nn.Embedding(sparse=True)``) as :func:`stored_values` gives them."""
-    indices = [i for i, t in enumerate(tensors) if t is not None]
-    values = [tensors[i] for i in indices]
-    if all(layout is torch.strided for layout in set(map(_LAYOUT, values))):  # the common case: no call per tensor
-        return indices, values
-    kept = [(i, t) for i, t in zip(indices, map(stored_values, values)) if t is not None]
-    return [i for i, _ in kept], [t for _, t in kept]
+    stored = stored_all(tensors)
+    indices = [i for i, t in enumerate(stored) if t is not None]
+    return indices, [stored[i] for i in indices]
+
+
+def stored_all(tensors: list[Optional[torch.Tensor]]) -> list[Optional[torch.Tensor]]:
+    """:func:`stored_values` of each entry (None stays None): the list as it is, without a call per
+    tensor, when every entry is dense (the common case)."""
+    if all(layout is torch.strided for layout in set(map(_LAYOUT, [t for t in tensors if t is not None]))):
+        return list(tensors)
+    return [None if t is None else stored_values(t) for t in tensors]
 
 
 def stored_values(tensor: torch.Tensor) -> Optional[torch.Tensor]:
