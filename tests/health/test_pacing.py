@@ -7,6 +7,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from xray_tb import HealthOptions, Xray, open_run
+from xray_tb.health.options import budget_for
 from xray_tb.health.pacing import MAX_EVERY, WARMUP, Pacer
 
 
@@ -38,6 +39,19 @@ def test_the_automatic_pace_thins_to_its_budget_when_steps_are_short():
     steady = [b - a for a, b in zip(measured[100:], measured[101:])]
     assert set(steady) == {pacer.every} and 10 <= pacer.every <= MAX_EVERY
     assert 0.13e-3 / pacer.every <= 0.02 * 0.4e-3  # within the budget
+
+
+
+def test_the_default_budget_on_an_accelerator_measures_every_iteration_wherever_every_1_meets_its_cost_bar():
+    """A network with short GPU steps (8 ms) may pay up to 5% for every=1 (at most 1.05x): wherever a
+    measured iteration costs that or less, the automatic pace measures every iteration too."""
+    budget = budget_for(HealthOptions(), "cuda")
+    for cost in (0.1e-3, 0.3e-3, 0.39e-3):  # up to just under 5% of the step
+        assert drive(Pacer("auto", budget), 500, 8e-3, cost) == list(range(500)), cost
+    above = drive(Pacer("auto", budget), 2000, 8e-3, 0.7e-3)  # 8.75%: thinned, to one in two once settled
+    assert {b - a for a, b in zip(above[-100:], above[-99:])} == {2}
+    on_cpu = drive(Pacer("auto", budget_for(HealthOptions(), "cpu")), 2000, 8e-3, 0.3e-3)  # the CPU's budget thins it
+    assert len(on_cpu) < 200
 
 
 def tiny():
