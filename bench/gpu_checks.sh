@@ -35,3 +35,6 @@ run() {  # run LIMIT_SECONDS COMMAND...: one part, its exit status noted, the ne
     run 150 "$PY" bench/bench_gpu_health.py --device "$DEVICE" --model gpt2 --rounds "$ROUNDS" $GPT
     run 90 "$PY" bench/bench_health_layers.py --device "$DEVICE" $LAYERS
 } 2>&1 | tee "$LOG"
+# The verdicts in one place, for the note: each part's exit, the bars and the pace.
+echo "== summary"
+grep -E "^== (exit|[0-9])| passed| failed|vs own: |auto pace measures|ops dispatched|Python calls per|cost per measured" "$LOG"
