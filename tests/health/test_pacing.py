@@ -41,7 +41,6 @@ def test_the_automatic_pace_thins_to_its_budget_when_steps_are_short():
     assert 0.13e-3 / pacer.every <= 0.02 * 0.4e-3  # within the budget
 
 
-
 def test_the_default_budget_on_an_accelerator_measures_every_iteration_wherever_every_1_meets_its_cost_bar():
     """A network with short GPU steps (8 ms) may pay up to 5% for every=1 (at most 1.05x): wherever a
     measured iteration costs that or less, the automatic pace measures every iteration too."""
