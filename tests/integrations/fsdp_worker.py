@@ -27,8 +27,10 @@ from xray_tb.health import HealthOptions
 
 #: Layer 2's rows (the model's outputs) per case: one row leaves rank 1 an empty shard.
 OUTPUTS = {"empty_shard": 1}
-#: The processes of a case other than 2: hsdp4 is HSDP on a 2 x 2 mesh (two replicas of a weight sharded in two).
-WORLDS = {"hsdp4": 4}
+#: The processes of a case other than 2: hsdp4 is HSDP on a 2 x 2 mesh (two replicas of a weight sharded in two);
+#: one is a single process (one shard: the whole tensor), and cuda the same on a GPU with NCCL (a machine with
+#: one GPU runs one NCCL rank: two ranks may not share a device).
+WORLDS = {"hsdp4": 4, "one": 1, "cuda": 1}
 
 
 def mlp(outputs: int = 3) -> nn.Module:
@@ -41,9 +43,13 @@ def targets(y: torch.Tensor, outputs: int = 3) -> torch.Tensor:
     return torch.cat([y, y[:, :1]], dim=1)[:, :outputs]
 
 
-def shard(model: nn.Module, root_only: bool = False, hsdp: tuple[int, int] | None = None) -> nn.Module:
-    """``fully_shard`` per layer and at the root; ``hsdp``: on a mesh of that shape (replicate x shard)."""
-    mesh = init_device_mesh("cpu", hsdp, mesh_dim_names=("replicate", "shard")) if hsdp else None
+def shard(model: nn.Module, root_only: bool = False, hsdp: tuple[int, int] | None = None, device: str | None = None) -> nn.Module:
+    """``fully_shard`` per layer and at the root; ``hsdp``: on a mesh of that shape (replicate x shard);
+    ``device``: on a mesh of every rank of that device type (else FSDP's default mesh)."""
+    if hsdp:
+        mesh = init_device_mesh("cpu", hsdp, mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = init_device_mesh(device, (dist.get_world_size(),)) if device else None
     if not root_only:
         for layer in (model[0], model[2]):
             fully_shard(layer, mesh=mesh)
@@ -100,14 +106,19 @@ def _where(found) -> list | None:
 def main(case: str, rank: int, port: str, logdir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
     world = WORLDS.get(case, WORLD)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=30))
+    device = "cuda" if case == "cuda" else "cpu"
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=30))
     result: dict = {"rank": rank, "steps": []}
-    x, y = (part[rank::world] for part in full_batch())
+    x, y = (part[rank::world].to(device) for part in full_batch())
     outputs = OUTPUTS.get(case, 3)
     y = targets(y, outputs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = shard(mlp(outputs), root_only=case == "root", hsdp={"hsdp": (WORLD, 1), "hsdp4": (2, 2)}.get(case))
+        model = shard(mlp(outputs).to(device), root_only=case == "root", hsdp={"hsdp": (WORLD, 1), "hsdp4": (2, 2)}.get(case),
+                      device=device if case in ("one", "cuda") else None)
+        result["device"] = model[0].weight.device.type
         plan = {"0": {"weight": True, "weight_grad": True, "activation": True}, "2": {"weight": True, "weight_grad": True}}
         options = {"ranks": "all"} if case == "all" else {}
         # nonfinite: iterations 0, 1 and 3 are measured (1 for the update ratio), the NaN comes at 2.

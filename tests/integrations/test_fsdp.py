@@ -100,13 +100,32 @@ def test_norms_of_an_empty_shard_and_of_hsdp_replicas_are_the_full_tensors(tmp_p
     world = fsdp_worker.WORLDS.get(case, 2)
     results = ranks.run_ranks("tests.integrations.fsdp_worker", case, tmp_path / "ranks", world=world)
     assert [result["warnings"] for result in results] == [[]] * world
-    steps = results[0]["steps"]
+    assert_frames_norms_and_health_are_the_full_tensors(tmp_path, results[0]["steps"], fsdp_worker.OUTPUTS.get(case, 3))
+
+
+def assert_frames_norms_and_health_are_the_full_tensors(tmp_path: Path, steps: list[dict], outputs: int = 3) -> None:
+    """The run in ``tmp_path / "ranks"``: frames are the full weights' selected rows, weight and gradient
+    L2 norms those of the full tensors, and the statistics those of one process on the whole batch."""
     assert_frames_are_the_selected_rows(tmp_path / "ranks", steps)
     for stat, kind in (("weight_l2", "weight"), ("grad_l2", "weight_grad")):
         layers, _, values, _ = reading.series(str(tmp_path / "ranks"), stat)
         full = [[torch.tensor(step[layer][kind]).norm().item() for step in steps] for layer in layers]
         np.testing.assert_allclose(values, full, rtol=1e-5, err_msg=stat)
-    assert_health_equals_one_process(tmp_path / "ranks", tmp_path / "single", fsdp_worker.OUTPUTS.get(case, 3))
+    assert_health_equals_one_process(tmp_path / "ranks", tmp_path / "single", outputs)
+
+
+NO_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.parametrize("case", ["one", pytest.param("cuda", marks=[pytest.mark.cuda, NO_GPU])])
+def test_one_rank_records_its_sharded_weights_as_the_full_tensors_on_a_cpu_and_on_a_gpu(tmp_path, case):
+    # One process holds the one shard of each weight, still a DTensor: on a CPU with gloo, and on a GPU
+    # with NCCL (on a machine with one GPU, one NCCL rank: the CUDA path of the two-rank cases above).
+    (result,) = ranks.run_ranks("tests.integrations.fsdp_worker", case, tmp_path / "ranks", world=1)
+    assert result["warnings"] == []
+    assert result["device"] == ("cuda" if case == "cuda" else "cpu")
+    assert result["sharded_after_construction"] == "DTensor"
+    assert_frames_norms_and_health_are_the_full_tensors(tmp_path, result["steps"])
 
 
 def test_every_collective_of_captures_and_health_is_xrays_own(zero):
