@@ -122,7 +122,8 @@ def test_one_rank_records_its_sharded_weights_as_the_full_tensors_on_a_cpu_and_o
     # One process holds the one shard of each weight, still a DTensor: on a CPU with gloo, and on a GPU
     # with NCCL (on a machine with one GPU, one NCCL rank: the CUDA path of the two-rank cases above).
     (result,) = ranks.run_ranks("tests.integrations.fsdp_worker", case, tmp_path / "ranks", world=1)
-    assert result["warnings"] == []
+    # (a GPU machine's own Python may lack the 'fast' extra: its warning about checksum speed is not this test's)
+    assert [warning for warning in result["warnings"] if "google-crc32c is not installed" not in warning] == []
     assert result["device"] == ("cuda" if case == "cuda" else "cpu")
     assert result["sharded_after_construction"] == "DTensor"
     assert_frames_norms_and_health_are_the_full_tensors(tmp_path, result["steps"])
