@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 16's GPU checks in one run, for a session lent a GPU machine (device tool): the CUDA tests (with
-# issue 20's FSDP on one GPU with NCCL), the three models' bars and the cost per measured iteration
+# issue 20's DDP and FSDP on one GPU with NCCL), the three models' bars and the cost per measured iteration
 # against the number of layers. It uses the machine's own python3 (torch with CUDA, tensorboard, numpy,
 # protobuf, werkzeug and pytest are there) with this checkout on PYTHONPATH, and logs to
 # $OUT/gpu_checks.log when OUT is set. About 7 minutes on an H100; each part has its own time limit,
@@ -28,7 +28,7 @@ run() {  # run LIMIT_SECONDS COMMAND...: one part, its exit status noted, the ne
 {
     "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
     if [ "$DEVICE" != cpu ]; then
-        run 150 "$PY" -m pytest -q -p no:cacheprovider -m cuda tests/test_cuda.py tests/integrations/test_fsdp.py
+        run 180 "$PY" -m pytest -q -p no:cacheprovider -m cuda tests/test_cuda.py tests/integrations/test_fsdp.py tests/integrations/test_ddp.py
     fi
     run 60 "$PY" -m pytest -q -p no:cacheprovider tests/health/test_fixed_dispatch.py
     run 90 "$PY" bench/bench_gpu_health.py --device "$DEVICE" --model conv16 --rounds "$ROUNDS" $CONV

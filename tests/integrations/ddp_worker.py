@@ -68,14 +68,34 @@ def train(ddp, xray, x, y, steps: int, skip: int = -1, offset: int = 0) -> None:
             xray.take_graphs(step + offset)
 
 
+#: The cases of one process: ``one`` on the CPU with gloo, ``cuda`` on a GPU with NCCL (a machine with one
+#: GPU runs one NCCL rank: two ranks may not share a device).
+SINGLE = ("one", "cuda")
+
+
 def main(case: str, rank: int, port: str, logdir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
     # The default group's own timeout bounds a hang in most cases; in these, Xray's timeout must end the job.
     group_timeout = 600 if case in ("skip", "rank0only") else 30
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=group_timeout))
+    if case == "cuda":
+        torch.cuda.set_device(rank)
+    dist.init_process_group("nccl" if case == "cuda" else "gloo", rank=rank, world_size=1 if case in SINGLE else WORLD,
+                            timeout=datetime.timedelta(seconds=group_timeout))
     result: dict = {"rank": rank}
     try:
-        if case == "rank0only":  # Xray on rank 0 only: it gives up at construction, and rank 1's DDP step then fails
+        if case in SINGLE:  # DDP of one process, on the CPU or on a GPU: the whole batch, every statistic, frames
+            device = "cuda" if case == "cuda" else "cpu"
+            ddp = DistributedDataParallel(mlp().to(device), device_ids=[rank] if device == "cuda" else None)
+            x, y = (part.to(device) for part in full_batch())
+            plan = {"0": {"weight": True, "weight_grad": True, "output": True, "activation": True, "grad": True}}
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                xray = Xray(ddp, x, logdir=logdir, every=1, plan=plan, health=HealthOptions(every=1))
+                train(ddp, xray, x, y, 3)
+                xray.close()
+            result.update(device=next(ddp.parameters()).device.type, warnings=[str(w.message) for w in caught],
+                          weight=ddp.module[0].weight.tolist(), weight_grad=ddp.module[0].weight.grad.tolist())
+        elif case == "rank0only":  # Xray on rank 0 only: it gives up at construction, and rank 1's DDP step then fails
             ddp = DistributedDataParallel(mlp())
             x, y = (part[rank::WORLD] for part in full_batch())
             start = time.monotonic()
@@ -88,7 +108,7 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
                 finish(logdir, result)
             nn.MSELoss()(ddp(x), y).backward()  # waits for rank 0, which never trains: fails once it exits
             finish(logdir, result)
-        if case == "dead":
+        elif case == "dead":
             ddp = DistributedDataParallel(gated())
             x = torch.tensor([[1.0, 0.0]]) if rank == 0 else torch.tensor([[0.0, 1.0]])
             xray = Xray(ddp, x, logdir=logdir, every=1)

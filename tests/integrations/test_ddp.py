@@ -101,15 +101,20 @@ def test_a_nan_after_the_last_measured_iteration_is_reported_once_at_close_as_in
     assert [xray.first_nonfinite.step, xray.first_nonfinite.layer, xray.first_nonfinite.kind] == [3, "2", "weight_grad"]
 
 
-def test_gradient_statistics_equal_those_of_one_process_on_the_whole_batch(tmp_path):
-    run_ranks("grads", tmp_path / "ddp")
+def train_one_process(logdir: Path) -> None:
+    """The workers' model trained 3 steps in this process on the whole batch, health measured every iteration."""
     model = ddp_worker.mlp()
     x, y = ddp_worker.full_batch()
-    with Xray(model, x, logdir=str(tmp_path / "single"), every=1, health=HealthOptions(every=1)) as xray:
+    with Xray(model, x, logdir=str(logdir), every=1, health=HealthOptions(every=1)) as xray:
         for _ in range(3):
             model.zero_grad()
             nn.MSELoss()(model(x), y).backward()
             xray.take_graphs()
+
+
+def test_gradient_statistics_equal_those_of_one_process_on_the_whole_batch(tmp_path):
+    run_ranks("grads", tmp_path / "ddp")
+    train_one_process(tmp_path / "single")
     for stat in ("grad_l2", "channel_var", "dead_fraction"):
         single_layers, single_steps, single, _ = reading.series(str(tmp_path / "single"), stat)
         for rank in range(2):
@@ -117,6 +122,27 @@ def test_gradient_statistics_equal_those_of_one_process_on_the_whole_batch(tmp_p
             assert layers == single_layers and list(steps) == list(single_steps)
             np.testing.assert_allclose(values, single, rtol=1e-4, atol=1e-6, err_msg=f"{stat} on rank {rank}")
 
+
+@pytest.mark.parametrize("case", ["one", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU")])])
+def test_ddp_of_one_process_records_and_measures_as_without_ddp_on_a_cpu_and_on_a_gpu(tmp_path, case):
+    # One rank on the CPU with gloo, or on a GPU with NCCL (on a machine with one GPU, one NCCL rank: the
+    # CUDA path of the two-rank cases above, Xray's collectives moved through host memory).
+    (result,) = ranks.run_ranks("tests.integrations.ddp_worker", case, tmp_path / "ddp", world=1)
+    # (a GPU machine's own Python may lack the 'fast' extra: its warning about checksum speed is not this test's)
+    assert [warning for warning in result["warnings"] if "google-crc32c is not installed" not in warning] == []
+    assert result["device"] == ("cuda" if case == "cuda" else "cpu")
+    run = open_run(str(tmp_path / "ddp"))
+    assert run.records() == {"0": {kind: [0, 1, 2] for kind in ("weight", "weight_grad", "output", "activation", "grad")}}
+    for kind in ("weight", "weight_grad"):  # no optimizer step: the weight, and each step's gradient, stay the same
+        values, header = run.load("0", kind, 2)
+        np.testing.assert_allclose(values.numpy(), np.asarray(result[kind], dtype=np.float32)[header.indices], rtol=1e-6, atol=1e-7)
+    train_one_process(tmp_path / "single")
+    for stat in ("grad_l2", "weight_l2", "channel_var", "dead_fraction"):
+        single_layers, single_steps, single, _ = reading.series(str(tmp_path / "single"), stat)
+        layers, steps, values, _ = reading.series(str(tmp_path / "ddp"), stat)
+        assert layers == single_layers and list(steps) == list(single_steps)
+        np.testing.assert_allclose(values, single, rtol=1e-4, atol=1e-6, err_msg=stat)
 
 def test_a_rank_that_skips_its_last_take_graphs_call_leaves_the_other_to_time_out_cleanly(tmp_path):
     rank0, rank1 = run_ranks("last", tmp_path)
