@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor.debug import CommDebugMode
 
 from tests.integrations.ddp_worker import WORLD, full_batch
@@ -43,17 +43,20 @@ def targets(y: torch.Tensor, outputs: int = 3) -> torch.Tensor:
     return torch.cat([y, y[:, :1]], dim=1)[:, :outputs]
 
 
-def shard(model: nn.Module, root_only: bool = False, hsdp: tuple[int, int] | None = None, device: str | None = None) -> nn.Module:
+def shard(model: nn.Module, root_only: bool = False, hsdp: tuple[int, int] | None = None, device: str | None = None,
+          mixed: bool = False) -> nn.Module:
     """``fully_shard`` per layer and at the root; ``hsdp``: on a mesh of that shape (replicate x shard);
-    ``device``: on a mesh of every rank of that device type (else FSDP's default mesh)."""
+    ``device``: on a mesh of every rank of that device type (else FSDP's default mesh); ``mixed``: the
+    forward and backward in bfloat16, gradients reduced in float32 (FSDP's mixed precision)."""
     if hsdp:
         mesh = init_device_mesh("cpu", hsdp, mesh_dim_names=("replicate", "shard"))
     else:
         mesh = init_device_mesh(device, (dist.get_world_size(),)) if device else None
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed else MixedPrecisionPolicy()
     if not root_only:
         for layer in (model[0], model[2]):
-            fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+            fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
     return model
 
 
@@ -117,7 +120,7 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = shard(mlp(outputs).to(device), root_only=case == "root", hsdp={"hsdp": (WORLD, 1), "hsdp4": (2, 2)}.get(case),
-                      device=device if case in ("one", "cuda") else None)
+                      device=device if case in ("one", "cuda") else None, mixed=case == "mixed")
         result["device"] = model[0].weight.device.type
         plan = {"0": {"weight": True, "weight_grad": True, "activation": True}, "2": {"weight": True, "weight_grad": True}}
         options = {"ranks": "all"} if case == "all" else {}
@@ -144,7 +147,7 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
         for step in range(4 if case == "nonfinite" or case in LATE else 3):
             optimizer.zero_grad()
             plant_nan(case, rank, step, model, backward_done=False)
-            nn.MSELoss()(model(x), y).backward()
+            nn.MSELoss()(model(x).float(), y).backward()  # (a bfloat16 output in the mixed case)
             plant_nan(case, rank, step, model, backward_done=True)
             if case == "sparse" and step:  # a loop that calls take_graphs() at step 0 only
                 optimizer.step()

@@ -103,14 +103,31 @@ def test_norms_of_an_empty_shard_and_of_hsdp_replicas_are_the_full_tensors(tmp_p
     assert_frames_norms_and_health_are_the_full_tensors(tmp_path, results[0]["steps"], fsdp_worker.OUTPUTS.get(case, 3))
 
 
-def assert_frames_norms_and_health_are_the_full_tensors(tmp_path: Path, steps: list[dict], outputs: int = 3) -> None:
-    """The run in ``tmp_path / "ranks"``: frames are the full weights' selected rows, weight and gradient
-    L2 norms those of the full tensors, and the statistics those of one process on the whole batch."""
-    assert_frames_are_the_selected_rows(tmp_path / "ranks", steps)
+
+def test_under_mixed_precision_frames_and_norms_are_the_full_float32_tensors(tmp_path):
+    # MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32): the forward and backward run on
+    # bfloat16 copies; the sharded parameters and their gradients, which Xray records, stay float32.
+    results = ranks.run_ranks("tests.integrations.fsdp_worker", "mixed", tmp_path / "ranks")
+    assert [result["warnings"] for result in results] == [[], []]
+    assert_frames_and_norms_are_the_full_tensors(tmp_path / "ranks", results[0]["steps"])
+    run = open_run(str(tmp_path / "ranks"))
+    assert run.load("0", "weight", 2)[1].dtype == "float32"
+    values, header = run.load("0", "activation", 2)  # computed in bfloat16
+    assert header.dtype == "bfloat16" and header.original_shape == [4, 7] and np.isfinite(values.numpy()).all()
+
+def assert_frames_and_norms_are_the_full_tensors(logdir: Path, steps: list[dict]) -> None:
+    """Frames are the full weights' selected rows, and weight and gradient L2 norms those of the full tensors."""
+    assert_frames_are_the_selected_rows(logdir, steps)
     for stat, kind in (("weight_l2", "weight"), ("grad_l2", "weight_grad")):
-        layers, _, values, _ = reading.series(str(tmp_path / "ranks"), stat)
+        layers, _, values, _ = reading.series(str(logdir), stat)
         full = [[torch.tensor(step[layer][kind]).norm().item() for step in steps] for layer in layers]
         np.testing.assert_allclose(values, full, rtol=1e-5, err_msg=stat)
+
+
+def assert_frames_norms_and_health_are_the_full_tensors(tmp_path: Path, steps: list[dict], outputs: int = 3) -> None:
+    """The run in ``tmp_path / "ranks"``: frames and norms are the full tensors', and the statistics those of
+    one process on the whole batch."""
+    assert_frames_and_norms_are_the_full_tensors(tmp_path / "ranks", steps)
     assert_health_equals_one_process(tmp_path / "ranks", tmp_path / "single", outputs)
 
 
