@@ -3,6 +3,7 @@ from the event files with TensorBoard's reader; the model is left exactly as it 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 
@@ -225,3 +226,21 @@ def test_a_failing_custom_statistic_costs_its_own_values_only(tmp_path):
         np.testing.assert_allclose(grad_l2[k], [expected[(layer, "grad_l2")][s] for s in range(6)], rtol=1e-5)
     _, _, flaky = run.health("flaky")
     assert np.isnan(flaky).any() and np.isfinite(flaky).any()  # missing where it failed, kept where it did not
+
+
+@pytest.mark.parametrize("device_path", [False, True])
+def test_the_update_ratio_skips_an_iteration_whose_weight_changed_shape_since_the_copy(device_path):
+    """A weight given another shape through ``.data`` between the copy and the next iteration has no
+    update to measure: that iteration gives no ratio (nothing raises), and the next copy starts afresh."""
+    from xray_tb.devices import device_path_on_cpu
+    from xray_tb.health.stats import IterationView, UpdateRatio
+
+    ratio, nan = UpdateRatio(["a", "b"], every=1), torch.tensor(math.nan)
+    with device_path_on_cpu() if device_path else contextlib.nullcontext():
+        ratio.compute(IterationView([torch.ones(3, 2), torch.ones(4)], [None, None], nan, 0))  # the copy
+        grown = [torch.full((3, 2), 2.0), torch.ones(5)]  # b grew
+        assert ratio.compute(IterationView(grown, [None, None], nan, 1)) == {"update_l2": [None, None], "update_base_l2": [None, None]}
+        stepped = [grown[0] * 1.5, grown[1] + 1.0]
+        measured = ratio.compute(IterationView(stepped, [None, None], nan, 2))  # from the copy of iteration 1
+    np.testing.assert_allclose(measured["update_l2"].numpy(), [math.sqrt(6), math.sqrt(5)], rtol=1e-6)
+    np.testing.assert_allclose(measured["update_base_l2"].numpy(), [math.sqrt(24), math.sqrt(5)], rtol=1e-6)

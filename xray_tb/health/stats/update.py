@@ -13,6 +13,7 @@ memory for the whole run: 500 MB on a GPT-2 small).
 
 from __future__ import annotations
 
+import operator
 from typing import Optional, Union
 
 import numpy as np
@@ -20,6 +21,9 @@ import torch
 
 from xray_tb.health import reductions
 from xray_tb.health.stats.base import IterationStatistic, IterationView
+
+
+_SHAPE = operator.attrgetter("shape")
 
 
 class UpdateRatio(IterationStatistic):
@@ -38,7 +42,7 @@ class UpdateRatio(IterationStatistic):
         bases: Union[list, torch.Tensor] = list(updates)
         if self._previous is not None:
             before, norms = self._previous
-            if len(before) == len(view.weights) and all(b.shape == w.shape for b, w in zip(before, view.weights)):
+            if list(map(_SHAPE, before)) == list(map(_SHAPE, view.weights)):  # compared in C: no Python per layer
                 torch._foreach_sub_(before, view.weights)  # in place on the kept copy: no new allocation
                 updates, bases = self._summaries(before, ("l2",), view.weights)["l2"], norms
             self._previous = None
