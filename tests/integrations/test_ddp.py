@@ -144,6 +144,7 @@ def test_ddp_of_one_process_records_and_measures_as_without_ddp_on_a_cpu_and_on_
         assert layers == single_layers and list(steps) == list(single_steps)
         np.testing.assert_allclose(values, single, rtol=1e-4, atol=1e-6, err_msg=stat)
 
+
 def test_a_rank_that_skips_its_last_take_graphs_call_leaves_the_other_to_time_out_cleanly(tmp_path):
     rank0, rank1 = run_ranks("last", tmp_path)
     assert "waited more than 3 s" in rank0["error"] and "take_graphs()" in rank0["error"]

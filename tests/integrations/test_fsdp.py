@@ -103,7 +103,6 @@ def test_norms_of_an_empty_shard_and_of_hsdp_replicas_are_the_full_tensors(tmp_p
     assert_frames_norms_and_health_are_the_full_tensors(tmp_path, results[0]["steps"], fsdp_worker.OUTPUTS.get(case, 3))
 
 
-
 def test_under_mixed_precision_frames_and_norms_are_the_full_float32_tensors(tmp_path):
     # MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32): the forward and backward run on
     # bfloat16 copies; the sharded parameters and their gradients, which Xray records, stay float32.
@@ -114,6 +113,7 @@ def test_under_mixed_precision_frames_and_norms_are_the_full_float32_tensors(tmp
     assert run.load("0", "weight", 2)[1].dtype == "float32"
     values, header = run.load("0", "activation", 2)  # computed in bfloat16
     assert header.dtype == "bfloat16" and header.original_shape == [4, 7] and np.isfinite(values.numpy()).all()
+
 
 def assert_frames_and_norms_are_the_full_tensors(logdir: Path, steps: list[dict]) -> None:
     """Frames are the full weights' selected rows, and weight and gradient L2 norms those of the full tensors."""
