@@ -11,6 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import torch
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -43,3 +46,13 @@ def run_ranks(worker: str, case: str, logdir: Path, timeout: float = 60, failing
 
 def event_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("events.out.tfevents.*"))
+
+
+#: The GPU case of a test parametrized over ``"one"`` (one gloo rank on the CPU) and this: one NCCL rank on a GPU.
+GPU_CASE = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")])
+
+
+def unexpected_warnings(warnings: list[str]) -> list[str]:
+    """A rank's warnings, less Xray's one about checksum speed (a GPU machine's own Python may lack the
+    'fast' extra: that warning is not what a test of the GPU path checks)."""
+    return [warning for warning in warnings if "google-crc32c is not installed" not in warning]

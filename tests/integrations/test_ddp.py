@@ -123,14 +123,12 @@ def test_gradient_statistics_equal_those_of_one_process_on_the_whole_batch(tmp_p
             np.testing.assert_allclose(values, single, rtol=1e-4, atol=1e-6, err_msg=f"{stat} on rank {rank}")
 
 
-@pytest.mark.parametrize("case", ["one", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs a CUDA GPU")])])
+@pytest.mark.parametrize("case", ["one", ranks.GPU_CASE])
 def test_ddp_of_one_process_records_and_measures_as_without_ddp_on_a_cpu_and_on_a_gpu(tmp_path, case):
     # One rank on the CPU with gloo, or on a GPU with NCCL (on a machine with one GPU, one NCCL rank: the
     # CUDA path of the two-rank cases above, Xray's collectives moved through host memory).
     (result,) = ranks.run_ranks("tests.integrations.ddp_worker", case, tmp_path / "ddp", world=1)
-    # (a GPU machine's own Python may lack the 'fast' extra: its warning about checksum speed is not this test's)
-    assert [warning for warning in result["warnings"] if "google-crc32c is not installed" not in warning] == []
+    assert ranks.unexpected_warnings(result["warnings"]) == []
     assert result["device"] == ("cuda" if case == "cuda" else "cpu")
     run = open_run(str(tmp_path / "ddp"))
     assert run.records() == {"0": {kind: [0, 1, 2] for kind in ("weight", "weight_grad", "output", "activation", "grad")}}

@@ -67,8 +67,9 @@ class NonFiniteSentinel:
         #: On a CPU, which weights need no reading (:mod:`xray_tb.health.weight_versions`); None: read them all.
         self.versions: Optional[WeightVersions] = None
         self._plans = cpu_batches.PlanMemo()  # the CPU batches of the summed tensors, kept while their weights are the same
-        self.track_versions = True  # False: read every weight at every check (sharded weights: ShardedHealth)
-        self.sharded = False  # the weights are DTensors (ShardedHealth): each is checked as this rank's shard
+        #: The weights are DTensors (set by ShardedHealth): each is checked as this rank's shard, and every
+        #: weight is read at every check (no version tracking of local shards).
+        self.sharded = False
         #: A non-finite gradient found while a GradScaler is in use waits for its next update (:mod:`~xray_tb.health.overflows`).
         self.overflows = OverflowWatch()
         #: Called with the step of a find the scaler's update showed to be an overflow (its row is dropped).
@@ -88,7 +89,7 @@ class NonFiniteSentinel:
                 self.settle(at_check=True)
             if self._on_cpu is None:
                 self._on_cpu = all(map(on_host, weights))
-                if self._on_cpu and self.track_versions:
+                if self._on_cpu and not self.sharded:
                     self.versions = WeightVersions()
             if self._on_cpu:  # the common CPU case first, with as little Python as possible
                 # each summed tensor's owner: its weight, of its shape (the batches' plan is kept for them)

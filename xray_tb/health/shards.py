@@ -53,8 +53,7 @@ class ShardedHealth:
         self._ops: list[Optional[str]] = []
         self._counted = torch.zeros(0, dtype=torch.bool)  # ranks × columns: which ranks' values a sum or a norm adds
         sentinel.shared = group is not None  # its findings count once the ranks agreed on them
-        sentinel.track_versions = False  # local shards are read at every check
-        sentinel.sharded = True
+        sentinel.sharded = True  # its local shards, each read at every check
 
     @classmethod
     def of(cls, group: Optional[Group], weights: list[torch.Tensor], sentinel: NonFiniteSentinel) -> Optional["ShardedHealth"]:
