@@ -23,6 +23,7 @@ from xray_tb.health import HealthOptions
 from xray_tb.health.findings import NonFinite
 
 from tests.health.helpers import scalars, values_by_tag
+from tests.helpers.host_reads import host_reads
 
 
 
@@ -170,25 +171,6 @@ def test_weight_histograms_bucketed_on_the_gpu_equal_tensorboards_bit_for_bit(de
         np.testing.assert_array_equal(buckets, tensor_util.make_ndarray(reference))
 
 
-def test_a_nan_weight_is_named_at_its_step_at_the_default_pace_on_the_gpu(tmp_path, device):
-    """The sentinel's device path: flags kept on the GPU every iteration, read with the next block."""
-    torch.manual_seed(0)
-    model = ConvNet().to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    generator = torch.Generator().manual_seed(1)
-    with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=10, optimizer=optimizer) as xray:
-        for step in range(60):
-            if step == 37:
-                with torch.no_grad():
-                    model.fc1.weight[3, 7] = float("nan")
-            x, y = torch.randn(16, 1, 6, 6, generator=generator).to(device), torch.randint(0, 3, (16,), generator=generator).to(device)
-            optimizer.zero_grad()
-            F.cross_entropy(model(x), y).backward()
-            optimizer.step()
-            xray.take_graphs()
-        assert xray.first_nonfinite == NonFinite(step=37, layer="fc1", kind="weight")
-
-
 def test_signed_sums_and_norms_on_the_gpu_equal_per_tensor_math(device):
     from xray_tb.health import reductions
 
@@ -199,3 +181,41 @@ def test_signed_sums_and_norms_on_the_gpu_equal_per_tensor_math(device):
     for ord in (1, 2, math.inf):
         for got, t in zip(reductions.norms(tensors, ord), tensors):
             assert float(got) == pytest.approx(float(torch.linalg.vector_norm(t.double(), ord)), rel=1e-3)
+
+
+@pytest.mark.parametrize("pace", ["default", "every_iteration"])
+@pytest.mark.parametrize("counted", ["calls", "optimizer", "optimizer_after_its_step"])
+def test_between_captures_no_iteration_reads_the_gpu_and_a_nan_is_still_named_exactly(tmp_path, device, pace, counted):
+    """Issue 16's bar 1: weights and gradients checked on the device every iteration "without a host sync
+    per step" (the sentinel's flags kept on the GPU, read with the next block). Between captures (every
+    10 steps), a take_graphs() and the optimizer step read nothing back, at the default pace and when
+    every iteration is measured, and a NaN planted between two captures is still named with its step
+    and layer once read."""
+    torch.manual_seed(0)
+    model = ConvNet().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    generator = torch.Generator().manual_seed(2)
+    options = {"health": HealthOptions(every=1)} if pace == "every_iteration" else {}
+    counting = {"optimizer": optimizer} if counted != "calls" else {}
+    reads = {}
+    with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=10, **options, **counting) as xray:
+        for step in range(35):
+            if step == 23:
+                with torch.no_grad():
+                    model.fc1.weight[3, 5] = float("nan")
+            x, y = torch.randn(16, 1, 6, 6, generator=generator).to(device), torch.randint(0, 3, (16,), generator=generator).to(device)
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            with host_reads(device) as found:  # with optimizer=, the step's pre-hook runs the iteration
+                if counted == "optimizer_after_its_step":
+                    optimizer.step()
+                    captured = xray.take_graphs()
+                else:
+                    captured = xray.take_graphs()
+                    optimizer.step()
+            reads[step] = (captured, found)
+        due = [9, 19, 29] if counted == "optimizer_after_its_step" else [0, 10, 20, 30]  # steps counted before the call
+        assert [step for step, (captured, _) in reads.items() if captured is not None] == due
+        assert {step: found for step, (captured, found) in reads.items() if captured is None and found} == {}
+        assert reads[due[1]][1], "a capture reads its frames back: the recorder above sees host reads"
+        assert xray.first_nonfinite == NonFinite(step=23, layer="fc1", kind="weight")
