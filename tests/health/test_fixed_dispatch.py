@@ -1,14 +1,13 @@
 """A measured iteration on an accelerator dispatches a fixed number of operations whatever the number of
-layers (issue 16): batched reductions per (device, dtype), nothing per layer. Counted on the meta device."""
+layers (issue 16, bar 3): batched reductions per (device, dtype), nothing per layer, and allocates nothing
+the size of the gradients. Counted on the meta device."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from tests.health.dispatched_ops import dispatched_ops
-
-#: Ops that make a view (metadata only, no kernel).
-VIEWS = {"view", "unbind", "slice", "select", "as_strided", "alias", "unsqueeze"}
+from tests.health.dispatched_ops import VIEWS, allocated_values, dispatched_ops
 
 
 def test_a_measured_iteration_dispatches_as_many_ops_for_200_layers_as_for_3():
@@ -23,3 +22,17 @@ def test_weights_of_two_dtypes_are_two_groups_whatever_the_number_of_layers():
     two = (torch.float32, torch.float64)
     assert dispatched_ops(60, shape=(4, 8), dtypes=two) == dispatched_ops(6, shape=(4, 8), dtypes=two)
     assert sum(dispatched_ops(6, dtypes=two).values()) > sum(dispatched_ops(6).values())  # a group's ops again
+
+
+def test_a_measured_iteration_allocates_a_few_values_per_layer_not_the_size_of_the_gradients():
+    """Bar 3: "allocate nothing the size of the gradients per iteration" (an ``_foreach_abs`` copied them
+    all). What is left is a few scalars per tensor, and the update ratio's copy of the weights at the
+    iterations before it takes the ratio (it lives for one iteration)."""
+    layers, shape = 200, (32, 32)
+    values = layers * 32 * 32  # of the gradients, and of the weights
+    copying, plain, copying_again, plain_again = allocated_values(layers, shape)
+    assert plain == plain_again and copying == copying_again
+    assert plain < 64 * layers < values / 10
+    assert values <= copying - plain < values + 4 * layers  # the update ratio's one copy of the weights (and its scalars)
+    few = allocated_values(3, shape)[1]
+    assert plain / layers == pytest.approx(few / 3, rel=0.1)  # per layer alike: no grad-sized scratch
