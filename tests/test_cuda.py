@@ -216,6 +216,8 @@ def test_between_captures_no_iteration_reads_the_gpu_and_a_nan_is_still_named_ex
             reads[step] = (captured, found)
         due = [9, 19, 29] if counted == "optimizer_after_its_step" else [0, 10, 20, 30]  # steps counted before the call
         assert [step for step, (captured, _) in reads.items() if captured is not None] == due
-        assert {step: found for step, (captured, found) in reads.items() if captured is None and found} == {}
+        # From the first capture on: before it, what is made once per layout (a scratch's segment lengths,
+        # copied from the host) may be set up at the first measured iterations.
+        assert {step: found for step, (captured, found) in reads.items() if captured is None and found and step > due[0]} == {}
         assert reads[due[1]][1], "a capture reads its frames back: the recorder above sees host reads"
         assert xray.first_nonfinite == NonFinite(step=23, layer="fc1", kind="weight")
