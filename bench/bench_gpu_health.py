@@ -20,7 +20,8 @@ round, in a new order each round, each runs a window of steps with Xray switched
 disarmed, nothing called) and one switched on. Wall time with the GPU synchronised at the window's
 ends. Printed: ms per step, the median over rounds of on / off, and where the automatic pace settled
 (the health monitor's ``_pacer.every``: 1 = every iteration measured), then health-every1's ratio
-against the model's bar and whether the automatic pace measures every iteration.
+against the model's bar and whether the automatic pace measures every iteration; on a GPU, last, the
+device memory each variant's Xray held (given back when it is dropped), against the parameter bytes.
 
   idle          Xray(every=...) with no step due and health off
   every         captures of the drafted plan every 100 steps, health off
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import random
 import statistics
 import sys
@@ -161,8 +163,21 @@ def main() -> None:
         measures_all = all(pacer.every == 1 for pacer in automatic)
         print(f"auto pace measures every iteration: {'yes' if measures_all else 'no'} "
               f"({', '.join(f'1 in {pacer.every}' for pacer in automatic)})")
-        for loop in loops.values():
-            loop.xray.close()
+        report_held(loops, device)
+
+
+def report_held(loops: dict[str, Loop], device: torch.device) -> None:
+    """Close each variant's Xray; on a GPU, print the device memory it held between captures (what
+    dropping it gives back), against the model's parameter bytes (issue 20's <= 1% goal)."""
+    for variant, loop in loops.items():
+        before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+        loop.xray.close()
+        loop.xray = None
+        gc.collect()
+        if device.type == "cuda":
+            held = before - torch.cuda.memory_allocated(device)
+            params = sum(p.numel() * p.element_size() for p in loop.model.parameters())
+            print(f"{variant}: held on the device {held / 2**20:.1f} MiB, {held / params:.2%} of the parameter bytes")
 
 
 if __name__ == "__main__":

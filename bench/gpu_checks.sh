@@ -38,4 +38,4 @@ run() {  # run LIMIT_SECONDS COMMAND...: one part, its exit status noted, the ne
 } 2>&1 | tee "$LOG"
 # The verdicts in one place, for the note: each part's exit, the bars and the pace.
 echo "== summary"
-grep -E "^== (exit|[0-9])| passed| failed|vs own: |auto pace measures|ops dispatched|Python calls per|cost per measured" "$LOG"
+grep -E "^== (exit|[0-9])| passed| failed|vs own: |auto pace measures|held on the device|ops dispatched|Python calls per|cost per measured" "$LOG"
