@@ -5,8 +5,9 @@
 ``is_nonzero``), a copy from an accelerator to the CPU, and the ``Tensor`` methods that hand the host a
 tensor's values (``tolist``, ``numpy``, ``cpu``, ``item``). It sees them on a CPU too, so a test on the
 device path forced on the CPU (:func:`xray_tb.devices.device_path_on_cpu`) finds the reads that would
-sync a GPU. On a CUDA GPU, ``torch.cuda.set_sync_debug_mode("error")`` is on as well: a sync that this
-list does not know of raises.
+sync a GPU. On a CUDA GPU, ``torch.cuda.set_sync_debug_mode("warn")`` is on as well, and each of its
+warnings is listed too: a sync that the list above does not know of, such as a copy from pageable host
+memory to the GPU.
 """
 
 from __future__ import annotations
