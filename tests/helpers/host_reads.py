@@ -3,9 +3,9 @@
 :func:`host_reads` lists each one made inside the block: an aten op that returns a value to Python
 (``item()``, ``bool()``, ``float()``: ``_local_scalar_dense``; ``nonzero``, ``masked_select``, ``equal``,
 ``is_nonzero``), a copy from an accelerator to the CPU, and the ``Tensor`` methods that hand the host a
-tensor's values (``tolist``, ``numpy``, ``cpu``, ``item``). It sees them on a CPU too, so a test on the
-device path forced on the CPU (:func:`xray_tb.devices.device_path_on_cpu`) finds the reads that would
-sync a GPU. On a CUDA GPU, ``torch.cuda.set_sync_debug_mode("warn")`` is on as well, and each of its
+tensor's values with no aten op on a CPU (``tolist``, ``numpy``, ``cpu``). It sees them on a CPU too,
+so a test on the device path forced on the CPU (:func:`xray_tb.devices.device_path_on_cpu`) finds the
+reads that would sync a GPU. On a CUDA GPU, ``torch.cuda.set_sync_debug_mode("warn")`` is on as well, and each of its
 warnings is listed too: a sync that the list above does not know of, such as a copy from pageable host
 memory to the GPU.
 """
@@ -21,8 +21,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 #: aten ops whose result Python reads on the host (a GPU waits for its queue).
 READING_OPS = frozenset({"_local_scalar_dense", "nonzero", "masked_select", "equal", "is_nonzero"})
-#: Tensor methods that hand the host a tensor's values.
-READING_METHODS = ("tolist", "numpy", "cpu", "item")
+#: Tensor methods that hand the host a tensor's values (``item`` is ``_local_scalar_dense``, above).
+READING_METHODS = ("tolist", "numpy", "cpu")
 
 
 class _Reads(TorchDispatchMode):

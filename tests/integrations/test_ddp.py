@@ -112,15 +112,20 @@ def train_one_process(logdir: Path) -> None:
             xray.take_graphs()
 
 
+def assert_statistics_equal(run: Path, reference: Path, stats: tuple[str, ...]) -> None:
+    """Each health statistic of ``run`` has the layers, steps and values (within float32 rounding) of ``reference``'s."""
+    for stat in stats:
+        single_layers, single_steps, single, _ = reading.series(str(reference), stat)
+        layers, steps, values, _ = reading.series(str(run), stat)
+        assert layers == single_layers and list(steps) == list(single_steps)
+        np.testing.assert_allclose(values, single, rtol=1e-4, atol=1e-6, err_msg=f"{stat} of {run.name}")
+
+
 def test_gradient_statistics_equal_those_of_one_process_on_the_whole_batch(tmp_path):
     run_ranks("grads", tmp_path / "ddp")
     train_one_process(tmp_path / "single")
-    for stat in ("grad_l2", "channel_var", "dead_fraction"):
-        single_layers, single_steps, single, _ = reading.series(str(tmp_path / "single"), stat)
-        for rank in range(2):
-            layers, steps, values, _ = reading.series(str(tmp_path / "ddp" / f"rank{rank}"), stat)
-            assert layers == single_layers and list(steps) == list(single_steps)
-            np.testing.assert_allclose(values, single, rtol=1e-4, atol=1e-6, err_msg=f"{stat} on rank {rank}")
+    for rank in range(2):
+        assert_statistics_equal(tmp_path / "ddp" / f"rank{rank}", tmp_path / "single", ("grad_l2", "channel_var", "dead_fraction"))
 
 
 @pytest.mark.parametrize("case", ["one", ranks.GPU_CASE])
@@ -136,11 +141,7 @@ def test_ddp_of_one_process_records_and_measures_as_without_ddp_on_a_cpu_and_on_
         values, header = run.load("0", kind, 2)
         np.testing.assert_allclose(values.numpy(), np.asarray(result[kind], dtype=np.float32)[header.indices], rtol=1e-6, atol=1e-7)
     train_one_process(tmp_path / "single")
-    for stat in ("grad_l2", "weight_l2", "channel_var", "dead_fraction"):
-        single_layers, single_steps, single, _ = reading.series(str(tmp_path / "single"), stat)
-        layers, steps, values, _ = reading.series(str(tmp_path / "ddp"), stat)
-        assert layers == single_layers and list(steps) == list(single_steps)
-        np.testing.assert_allclose(values, single, rtol=1e-4, atol=1e-6, err_msg=stat)
+    assert_statistics_equal(tmp_path / "ddp", tmp_path / "single", ("grad_l2", "weight_l2", "channel_var", "dead_fraction"))
 
 
 def test_a_rank_that_skips_its_last_take_graphs_call_leaves_the_other_to_time_out_cleanly(tmp_path):
