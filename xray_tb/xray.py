@@ -81,7 +81,8 @@ class Xray:
             receives Xray's data, next to the user's scalars.
         selector: how filters or rows are chosen from big tensors (default :class:`RandomFilters`).
         every: a schedule: an int n (every n-th step) or a callable ``step -> bool``. Hooks are
-            armed only for due steps; :meth:`take_graphs` on other steps only counts.
+            armed only for due steps (but one pre-hook of training health's on the model, on a CPU:
+            see docs/health.md); :meth:`take_graphs` on other steps only counts.
         optimizer: with ``every``, count this optimizer's ``step()`` calls as the steps; without
             it, steps are :meth:`take_graphs` calls.
         probe: a fixed batch ``x`` or ``(x, y)``; outputs, activations and gradients are then taken

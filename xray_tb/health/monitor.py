@@ -25,6 +25,7 @@ from xray_tb.health import activation_step
 from xray_tb.health.block_writer import BlockWriter
 from xray_tb.health.buffer import RowBuffer
 from xray_tb.health.findings import Finding, NonFinite
+from xray_tb.health.forward_replay import ForwardReplay, values_nonfinite
 from xray_tb.health.options import HealthOptions, budget_for
 from xray_tb.health.pacing import Pacer
 from xray_tb.health.pieces import LayerPieces
@@ -78,6 +79,10 @@ class HealthMonitor:
         self._sentinel = NonFiniteSentinel(self._pieces.names, [name for name, _ in scope.biases])
         self._sentinel.on_overflow = self._drop_row  # a GradScaler's overflow: no row, a gap in the series
         self._shards = ShardedHealth.of(group, self._pieces.weights, self._sentinel)  # FSDP
+        # On a CPU, a find of gradients only between health steps runs that iteration's forward again (not
+        # under torch.distributed, whose forwards may run collectives); capture_hooks: pause them meanwhile.
+        self._replay = ForwardReplay(model) if group is None and device.type == "cpu" and weighted else None
+        self.capture_hooks: Callable[[], tuple] = tuple
         self._writer = BlockWriter(sink, scope, make_rules(options.rules, options.dead_window), layer_scalars,
                                    self.iteration_families, self.activation_families, self._checks, self._sentinel,
                                    earlier_findings)
@@ -127,6 +132,13 @@ class HealthMonitor:
         if activations and self._taken != step and (due[1] if due[0] == step else self._activations_due(step)):
             self._measure_activations(step)
             measure = True
+        elif found and self._replayed(step):
+            measure = True
+        if self._replay is not None:
+            self._replay.forget()
+            if self._sentinel.done:  # only the first non-finite value is reported: no forward to keep from now on
+                self._replay.remove()
+                self._replay = None
         if measure and max(len(self._iteration_rows), len(self._activation_rows)) >= self.options.flush_every:
             self.flush()
 
@@ -185,6 +197,20 @@ class HealthMonitor:
                     row = self._shards.combine(step, families, row, self._pacer)
             self._iteration_rows.add(step, row, self._nan)
         self._measured += 1
+
+    def _replayed(self, step: int) -> bool:
+        """A find of gradients only at an iteration whose activations were not taken: measure them from its
+        forward run again (:mod:`xray_tb.health.forward_replay`), so that a NaN the batch brought is named
+        where it entered, as at a health step; whether it ran."""
+        if self._replay is None or self._taken == step or not self._sentinel.gradients_only(step):
+            return False
+        latest = self._recorder.latest
+        kept_nonfinite = lambda: values_nonfinite(t for value in latest.values() for t in value.outputs.values())  # noqa: E731
+        if not self._replay.run(self._recorder, kept_nonfinite, self.capture_hooks()):
+            return False
+        self._measure_activations(step)
+        self._taken = step
+        return True
 
     def _measure_activations(self, step: int) -> None:
         with torch.no_grad(), self._reductions:  # inside take_graphs(), the frames reuse what is reduced here
@@ -312,6 +338,8 @@ class HealthMonitor:
             self.flush()
         finally:
             self._recorder.remove()
+            if self._replay is not None:
+                self._replay.remove()
             self._sentinel.remove()
             self._loads.remove()
             self._writer.sink = None

@@ -180,6 +180,14 @@ class NonFiniteSentinel:
         elif self.on_overflow is not None:
             self.on_overflow(step)
 
+    def gradients_only(self, step: int) -> bool:
+        """Whether the find of iteration ``step`` on a CPU (kept, or held for its optimizer step) flags
+        gradients and no weight or bias: the forward that made them may hold where it started."""
+        for find in (self._found, self._pending):
+            if find is not None and len(find) == 2 and find[0] == step:
+                return self._has_gradient(find[1]) and not any(self._forward_only(find[1]))
+        return False
+
     def _forward_flags(self) -> list[bool]:
         """For each flag of a find, whether it is a weight's or a bias's (not a gradient's)."""
         weights, biases = len(self.layers), len(self.bias_layers)

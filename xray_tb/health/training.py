@@ -75,6 +75,7 @@ class TrainingHealth:
                                                self._check_nonfinite)
             recording.on_release(self._follower.remove)
             monitor.on_weights_changed = self._rebind_follower
+        monitor.capture_hooks = lambda: (recording.recorder,)  # paused while a forward runs again
         recording.on_release(monitor.close)
         recording.pause_with_recorder(monitor.activation_hooks)
         self.monitor = monitor

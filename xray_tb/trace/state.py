@@ -21,6 +21,13 @@ from xray_tb.user_frame import user_stacklevel
 #: ``_modules``, ``_non_persistent_buffers_set`` and the hook dicts), read from the installed torch.
 _REGISTRIES = tuple(name for name, value in vars(nn.Module()).items() if isinstance(value, (dict, set)))
 _HOOK_REGISTRIES = frozenset(name for name in _REGISTRIES if "hook" in name)
+_preserving = 0  # how many :func:`preserved` forwards are running (they nest)
+
+
+def leaving_no_trace() -> bool:
+    """Whether a forward of Xray's own that leaves no trace (:func:`preserved`: the trace, a probe, a
+    replay) is running: what training health must not take for a training forward."""
+    return _preserving > 0
 
 
 def without_cyclic_gc(build):
@@ -72,9 +79,12 @@ def preserved(model: nn.Module, modules: Optional[Iterable[nn.Module]] = None) -
     lazy_hooks = [snapshot.watch_materialisation() for snapshot in snapshots if snapshot.lazy]
     cpu_rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    global _preserving
+    _preserving += 1
     try:
         yield
     finally:
+        _preserving -= 1
         for handle in lazy_hooks:
             handle.remove()
         for snapshot in snapshots:

@@ -1,0 +1,140 @@
+"""A non-finite value that the forward brought (a NaN in the batch, an activation that overflows) is named
+where it entered at every pace: between health steps the sentinel sees only gradients, and the iteration's
+forward is run again (xray_tb.health.forward_replay) to name the layer, as a health step would. A
+gradient that backward alone makes infinite (a finite forward run again) is still named where backward
+starts: tests/health/test_sentinel.py."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from xray_tb import HealthOptions, Xray, open_run
+from xray_tb.health import NonFinite
+
+from tests.health.helpers import batches
+
+
+def model_with_dropout_and_batchnorm() -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.add_module("first", nn.Linear(16, 32))
+    model.add_module("norm", nn.BatchNorm1d(32))
+    model.add_module("act1", nn.ReLU())
+    model.add_module("drop", nn.Dropout(0.3))
+    model.add_module("second", nn.Linear(32, 32))
+    model.add_module("act2", nn.ReLU())
+    model.add_module("third", nn.Linear(32, 4))
+    return model
+
+
+def train(model, xray, steps: int, optimizer=None, *, corrupt=None, micro_batches: int = 1):
+    """SGD on the helpers' batches; ``corrupt(step, micro, x)`` returns the batch the forward gets."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05) if optimizer is None else optimizer
+    data = batches(steps * micro_batches)
+    for step in range(steps):
+        optimizer.zero_grad()
+        for micro in range(micro_batches):
+            x, y = data[step * micro_batches + micro]
+            x = corrupt(step, micro, x) if corrupt is not None else x
+            F.cross_entropy(model(x), y).backward()
+        if xray is not None:
+            xray.take_graphs()
+        optimizer.step()
+    return optimizer
+
+
+def nan_in_the_batch_at(at: int, micro_at: int = 0):
+    def corrupt(step, micro, x):
+        if step == at and micro == micro_at:
+            x = x.clone()
+            x[2, 5] = math.nan
+        return x
+
+    return corrupt
+
+
+def origin(tmp_path, name: str, health=True, **train_options) -> NonFinite:
+    model = model_with_dropout_and_batchnorm()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    extra = {"optimizer": optimizer} if train_options.pop("optimizer", False) else {}
+    with Xray(model, input_size=(16,), logdir=str(tmp_path / name), every=10, health=health, **extra) as xray:
+        train(model, xray, 45, optimizer, **train_options)
+        found = xray.first_nonfinite
+        assert [(f.layer, f.step) for f in xray.findings() if f.rule == "nonfinite"] == [(found.layer, found.step)]
+    return found
+
+
+@pytest.mark.parametrize("with_optimizer", [False, True])
+def test_a_nan_in_the_batch_between_health_steps_is_named_where_it_entered_as_at_every_pace(tmp_path, with_optimizer):
+    corrupt = nan_in_the_batch_at(37)
+    at_the_defaults = origin(tmp_path, "defaults", corrupt=corrupt, optimizer=with_optimizer)
+    every_iteration = origin(tmp_path, "every", health=HealthOptions(every=1, activations=1), corrupt=corrupt,
+                             optimizer=with_optimizer)
+    assert at_the_defaults == every_iteration == NonFinite(step=37, layer="first", kind="output")
+    run = open_run(tmp_path / "defaults")
+    assert [(f.layer, f.step) for f in run.findings() if f.rule == "nonfinite"] == [("first", 37)]
+    assert 37 in run.health("dead_fraction")[1].tolist()  # the replayed iteration's activations are measured
+
+
+def test_a_nan_in_the_first_of_two_accumulated_micro_batches_is_named_where_it_entered(tmp_path):
+    found = origin(tmp_path, "accumulated", corrupt=nan_in_the_batch_at(37, micro_at=0), micro_batches=2)
+    assert found == NonFinite(step=37, layer="first", kind="output")
+
+
+class Square(nn.Module):
+    def forward(self, x):
+        return x * x
+
+
+def squaring_model() -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    for name, module in (("first", nn.Linear(16, 32)), ("square", Square()), ("second", nn.Linear(32, 32)), ("act", nn.Tanh()),
+                         ("third", nn.Linear(32, 4))):
+        model.add_module(name, module)
+    return model
+
+
+def test_an_activation_that_overflows_from_finite_weights_is_named_where_it_overflowed_as_at_every_pace(tmp_path):
+    data = batches(40)
+    huge = data[37][0] * 1e20  # finite; its square is not: 'square' returns infinities, which 'second' is the first to take
+
+    def overflow_origin(name: str, health) -> NonFinite:
+        model = squaring_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # the weights stay as they were
+        with Xray(model, input_size=(16,), logdir=str(tmp_path / name), every=10, health=health) as xray:
+            for step, (x, y) in enumerate(data):
+                optimizer.zero_grad()
+                F.cross_entropy(model(huge if step == 37 else x), y).backward()
+                xray.take_graphs()
+                optimizer.step()
+            return xray.first_nonfinite
+
+    every_iteration = overflow_origin("every", HealthOptions(every=1, activations=1))
+    assert overflow_origin("defaults", True) == every_iteration == NonFinite(step=37, layer="second", kind="output")
+
+
+def test_running_the_forward_again_leaves_the_model_and_the_random_state_as_without_xray(tmp_path):
+    corrupt = nan_in_the_batch_at(37)
+    plain = model_with_dropout_and_batchnorm()
+    torch.manual_seed(1)
+    train(plain, None, 40, corrupt=corrupt)
+    plain_rng = torch.get_rng_state()
+
+    watched = model_with_dropout_and_batchnorm()
+    with Xray(watched, input_size=(16,), logdir=str(tmp_path), every=10) as xray:
+        torch.manual_seed(1)
+        train(watched, xray, 40, corrupt=corrupt)
+        assert xray.first_nonfinite == NonFinite(step=37, layer="first", kind="output")
+        assert torch.equal(torch.get_rng_state(), plain_rng)  # the dropout masks after the replay are the plain run's
+        assert watched.training and all(module.training for module in watched.modules())
+    for (name, mine), (_, theirs) in zip(watched.state_dict().items(), plain.state_dict().items()):
+        assert torch.equal(mine, theirs) or torch.allclose(mine, theirs, equal_nan=True), name  # buffers counted once
+    for mine, theirs in zip(watched.parameters(), plain.parameters()):
+        assert torch.allclose(mine.grad, theirs.grad, equal_nan=True)
+    assert not watched._forward_pre_hooks and not watched._forward_hooks  # removed at close
