@@ -123,9 +123,11 @@ def test_xray_construction_removes_a_buffer_registered_in_forward(tmp_path):
     model = RegistersBuffer()
     before = _snapshot(model)
     with Xray(model, torch.randn(5, 4), logdir=str(tmp_path), plan={"fc": {"weight": True}}):  # a plan of no hooks
-        # but training health's watch for checkpoints loaded into the model (health/reloads.py)
-        assert len(model._load_state_dict_post_hooks) == 1
-        _assert_untouched(model, before, xray_hooks=("_load_state_dict_post_hooks",))
+        # but training health's watch for checkpoints loaded into the model (health/reloads.py) and its
+        # pre-hook that keeps each training forward's inputs until the check (health/forward_replay.py)
+        assert len(model._load_state_dict_post_hooks) == 1 and len(model._forward_pre_hooks) == 1
+        _assert_untouched(model, before, xray_hooks=("_load_state_dict_post_hooks", "_forward_pre_hooks",
+                                                     "_forward_pre_hooks_with_kwargs"))
     assert "seen_mean" not in model.state_dict()
     _assert_untouched(model, before)  # closed: nothing of Xray's left
 

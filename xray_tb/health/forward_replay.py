@@ -14,9 +14,11 @@ measures that iteration's activations from it. The references are dropped at eve
 
 Fixed cost per forward (one pre-hook on the root module, about 6 µs on a 2-core VM), nothing per layer. Only on a
 CPU, where the sentinel knows at once (on an accelerator the find is read later, when the inputs are
-gone), and not under torch.distributed (a forward may run collectives: SyncBatchNorm, FSDP). Not
-replayed: an input written in place since its forward (its version changed), and forwards beyond the
-last :data:`LIMIT` before a check.
+gone), and not where the forward runs collectives (FSDP's sharded weights, ``SyncBatchNorm``). Under
+DDP the gradients, and so the find, are the same on every rank: each rank runs its own batch again,
+and the activations are combined as at a health step (one collective every rank reaches, also a rank
+with nothing to run again). Not replayed: an input written in place since its forward (its version
+changed), and forwards beyond the last :data:`LIMIT` before a check.
 """
 
 from __future__ import annotations
@@ -108,6 +110,12 @@ class ForwardReplay:
         """Remove the hook and drop the references; idempotent."""
         self._hooks.remove()
         self._kept.clear()
+
+
+def runs_collectives(modules) -> bool:
+    """Whether a forward of these modules runs torch.distributed collectives (``SyncBatchNorm``): not replayed,
+    a rank's replay would wait on the others'."""
+    return any(isinstance(module, nn.SyncBatchNorm) for module in modules)
 
 
 def is_replay_hook(hook: Any) -> bool:

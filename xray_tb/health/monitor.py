@@ -25,7 +25,7 @@ from xray_tb.health import activation_step
 from xray_tb.health.block_writer import BlockWriter
 from xray_tb.health.buffer import RowBuffer
 from xray_tb.health.findings import Finding, NonFinite
-from xray_tb.health.forward_replay import ForwardReplay, values_nonfinite
+from xray_tb.health.forward_replay import ForwardReplay, runs_collectives, values_nonfinite
 from xray_tb.health.options import HealthOptions, budget_for
 from xray_tb.health.pacing import Pacer
 from xray_tb.health.pieces import LayerPieces
@@ -80,8 +80,9 @@ class HealthMonitor:
         self._sentinel.on_overflow = self._drop_row  # a GradScaler's overflow: no row, a gap in the series
         self._shards = ShardedHealth.of(group, self._pieces.weights, self._sentinel)  # FSDP
         # On a CPU, a find of gradients only between health steps runs that iteration's forward again (not
-        # under torch.distributed, whose forwards may run collectives); capture_hooks: pause them meanwhile.
-        self._replay = ForwardReplay(model) if group is None and device.type == "cpu" and weighted else None
+        # with sharded weights or SyncBatchNorm, whose forwards run collectives); capture_hooks: paused meanwhile.
+        replayable = device.type == "cpu" and weighted and self._shards is None and not runs_collectives(scope.modules.values())
+        self._replay = ForwardReplay(model) if replayable else None
         self.capture_hooks: Callable[[], tuple] = tuple
         self._writer = BlockWriter(sink, scope, make_rules(options.rules, options.dead_window), layer_scalars,
                                    self.iteration_families, self.activation_families, self._checks, self._sentinel,
@@ -206,9 +207,9 @@ class HealthMonitor:
             return False
         latest = self._recorder.latest
         kept_nonfinite = lambda: values_nonfinite(t for value in latest.values() for t in value.outputs.values())  # noqa: E731
-        if not self._replay.run(self._recorder, kept_nonfinite, self.capture_hooks()):
+        if not self._replay.run(self._recorder, kept_nonfinite, self.capture_hooks()) and self._group is None:
             return False
-        self._measure_activations(step)
+        self._measure_activations(step)  # under DDP every rank measures (its find is the same): one collective they all reach
         self._taken = step
         return True
 
