@@ -12,13 +12,13 @@ left as it was (:func:`xray_tb.trace.state.preserved`: buffers, random state, mo
 no ``.grad``), and stops at the first that holds a non-finite output or activation; the monitor then
 measures that iteration's activations from it. The references are dropped at every check.
 
-Fixed cost per forward (one pre-hook on the root module, about 6 µs on a 2-core VM), nothing per layer. Only on a
-CPU, where the sentinel knows at once (on an accelerator the find is read later, when the inputs are
-gone), and not where the forward runs collectives (FSDP's sharded weights, ``SyncBatchNorm``). Under
-DDP the gradients, and so the find, are the same on every rank: each rank runs its own batch again,
-and the activations are combined as at a health step (one collective every rank reaches, also a rank
-with nothing to run again). Not replayed: an input written in place since its forward (its version
-changed), and forwards beyond the last :data:`LIMIT` before a check.
+Fixed cost per forward (one pre-hook on the root module, about 6 µs on a 2-core VM), nothing per
+layer. Only on a CPU, where the sentinel knows at once (on an accelerator the find is read later, when
+the inputs are gone), and not where the forward runs collectives (FSDP's sharded weights,
+``SyncBatchNorm``). Under DDP the gradients, and so the find, are the same on every rank: each rank
+runs its own batch again, and the activations are combined as at a health step (one collective every
+rank reaches, also a rank with nothing to run again). Not replayed: an input written in place since
+its forward (its version changed), and forwards beyond the last :data:`LIMIT` before a check.
 """
 
 from __future__ import annotations
