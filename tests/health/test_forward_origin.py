@@ -77,7 +77,9 @@ def test_a_nan_in_the_batch_between_health_steps_is_named_where_it_entered_as_at
                              optimizer=with_optimizer)
     assert at_the_defaults == every_iteration == NonFinite(step=37, layer="first", kind="output")
     run = open_run(tmp_path / "defaults")
-    assert [(f.layer, f.step) for f in run.findings() if f.rule == "nonfinite"] == [("first", 37)]
+    finding, = [f for f in run.findings() if f.rule == "nonfinite"]
+    assert (finding.layer, finding.step) == ("first", 37)
+    assert "the batch of that step held NaN or Inf values, which entered there: check the data" in finding.message
     assert 37 in run.health("dead_fraction")[1].tolist()  # the replayed iteration's activations are measured
 
 
@@ -117,6 +119,8 @@ def test_an_activation_that_overflows_from_finite_weights_is_named_where_it_over
 
     every_iteration = overflow_origin("every", HealthOptions(every=1, activations=1))
     assert overflow_origin("defaults", True) == every_iteration == NonFinite(step=37, layer="second", kind="output")
+    message, = [f.message for f in open_run(tmp_path / "defaults").findings() if f.rule == "nonfinite"]
+    assert "lower the learning rate" in message and "batch" not in message  # a finite batch: the generic advice
 
 
 def test_running_the_forward_again_leaves_the_model_and_the_random_state_as_without_xray(tmp_path):

@@ -43,6 +43,8 @@ class BlockWriter:
         self.sink: Optional[EventSink] = sink
         self.layer_scalars = layer_scalars
         self.first_nonfinite: Optional[NonFinite] = None
+        #: Steps whose batch held a NaN or Inf (the monitor adds them where the sentinel found one on a CPU).
+        self.nonfinite_inputs: set[int] = set()
         self._scope = scope
         self._rules = rules
         self._iteration_families = iteration_families
@@ -131,6 +133,7 @@ class BlockWriter:
             health_stats={stat: np.where(entry.absent, np.nan, entry.values) for stat, entry in activation_series.items()},
             first_nonfinite=self.first_nonfinite,
             zero_clamped=frozenset(layer.name for layer in self._scope.activations if layer.zero_clamped),
+            nonfinite_inputs=frozenset(self.nonfinite_inputs),
         )
         for rule in self._rules:
             for hit in rule.check(block):

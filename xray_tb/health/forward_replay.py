@@ -19,6 +19,9 @@ the inputs are gone), and not where the forward runs collectives (FSDP's sharded
 runs its own batch again, and the activations are combined as at a health step (one collective every
 rank reaches, also a rank with nothing to run again). Not replayed: an input written in place since
 its forward (its version changed), and forwards beyond the last :data:`LIMIT` before a check.
+
+At a find the kept inputs also tell whether the batch itself held the NaN or Inf
+(:meth:`ForwardReplay.inputs_nonfinite`): the ``nonfinite`` finding then says to check the data.
 """
 
 from __future__ import annotations
@@ -79,6 +82,10 @@ class ForwardReplay:
         """A check ran: drop the references (called on the training thread)."""
         self.owner = threading.get_ident()
         self._kept.clear()
+
+    def inputs_nonfinite(self) -> bool:
+        """Whether a floating input of a kept forward holds a NaN or an infinity (the batch brought it)."""
+        return any(values_nonfinite(t for t, _ in forward.versions) for forward in self._kept)
 
     def run(self, recorder: TapRecorder, nonfinite: Callable[[], bool], paused: tuple = ()) -> bool:
         """Run the kept forwards again, oldest first, with ``recorder`` armed (``paused``: hook sets to

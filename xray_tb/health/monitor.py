@@ -136,6 +136,8 @@ class HealthMonitor:
         elif found and self._replayed(step):
             measure = True
         if self._replay is not None:
+            if found and self._replay.inputs_nonfinite():
+                self._writer.nonfinite_inputs.add(int(step))
             self._replay.forget()
             if self._sentinel.done:  # only the first non-finite value is reported: no forward to keep from now on
                 self._replay.remove()

@@ -37,6 +37,8 @@ class RuleInput:
     #: The health layers whose activation maps every value <= 0 to 0 (ReLU, ReLU6): there a unit that
     #: stays at or below 0 passes no gradient, so it is dead; a Tanh unit below 0 still learns.
     zero_clamped: frozenset = frozenset()
+    #: The steps whose batch held a NaN or Inf (seen on a CPU where the sentinel found one: health/forward_replay.py).
+    nonfinite_inputs: frozenset = frozenset()
 
 
 class Rule:
