@@ -104,7 +104,13 @@ def squaring_model() -> nn.Module:
 
 def test_an_activation_that_overflows_from_finite_weights_is_named_where_it_overflowed_as_at_every_pace(tmp_path):
     data = batches(40)
-    huge = data[37][0] * 1e20  # finite; its square is not: 'square' returns infinities, which 'second' is the first to take
+    huge = data[37][0] * 1e20  # finite; its square is not
+    with torch.no_grad():  # the test's own reference: the first module whose output is not finite on that batch
+        value, expected = huge, None
+        for name, module in squaring_model().named_children():
+            value = module(value)
+            expected = expected or (name if not torch.isfinite(value).all() else None)
+    assert expected == "square"
 
     def overflow_origin(name: str, health) -> NonFinite:
         model = squaring_model()
@@ -118,9 +124,40 @@ def test_an_activation_that_overflows_from_finite_weights_is_named_where_it_over
             return xray.first_nonfinite
 
     every_iteration = overflow_origin("every", HealthOptions(every=1, activations=1))
-    assert overflow_origin("defaults", True) == every_iteration == NonFinite(step=37, layer="second", kind="output")
+    assert overflow_origin("defaults", True) == every_iteration == NonFinite(step=37, layer=expected, kind="output")
     message, = [f.message for f in open_run(tmp_path / "defaults").findings() if f.rule == "nonfinite"]
     assert "lower the learning rate" in message and "batch" not in message  # a finite batch: the generic advice
+
+
+class Recurrent(nn.Module):
+    """No activation layer: health's own output checks see nothing, the forward run again sees every layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(16, 24, batch_first=True)
+        self.head = nn.Linear(24, 4)
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        return self.head(out[:, -1])
+
+
+@pytest.mark.parametrize("health", [True, HealthOptions(every=1, activations=1)], ids=["defaults", "every iteration"])
+def test_a_nan_in_the_batch_of_a_model_without_activation_layers_is_named_in_the_layer_it_entered(tmp_path, health):
+    torch.manual_seed(0)
+    model = Recurrent()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    generator = torch.Generator().manual_seed(0)
+    with Xray(model, input_size=(5, 16), logdir=str(tmp_path), every=10, health=health) as xray:
+        for step in range(40):
+            x, y = torch.randn(8, 5, 16, generator=generator), torch.randint(0, 4, (8,), generator=generator)
+            if step == 37:
+                x[1, 2, 3] = math.nan
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            xray.take_graphs()
+            optimizer.step()
+        assert xray.first_nonfinite == NonFinite(step=37, layer="lstm", kind="output")  # was the head's weight_grad
 
 
 def test_running_the_forward_again_leaves_the_model_and_the_random_state_as_without_xray(tmp_path):
@@ -142,3 +179,26 @@ def test_running_the_forward_again_leaves_the_model_and_the_random_state_as_with
     for mine, theirs in zip(watched.parameters(), plain.parameters()):
         assert torch.allclose(mine.grad, theirs.grad, equal_nan=True)
     assert not watched._forward_pre_hooks and not watched._forward_hooks  # removed at close
+
+
+@pytest.mark.parametrize("with_optimizer", [False, True])
+def test_a_nan_in_the_batch_of_a_model_split_over_two_optimizers_is_named_where_it_entered(tmp_path, with_optimizer):
+    """The head's optimizer steps first: the forward runs again at the check before it, with the weights the
+    forward used (an optimizer's step drops the forwards kept, which ran with the weights it moved)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4))
+    trunk = torch.optim.SGD(model[0].parameters(), lr=0.05)
+    head = torch.optim.SGD([*model[2].parameters(), *model[4].parameters()], lr=0.05)
+    options = {"every": 10, "optimizer": trunk} if with_optimizer else {"every": 10}
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), **options) as xray:
+        for step, (x, y) in enumerate(batches(30)):
+            if step == 23:
+                x = x.clone()
+                x[0, 0] = math.nan
+            trunk.zero_grad()
+            head.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            xray.take_graphs()
+            head.step()
+            trunk.step()
+        assert xray.first_nonfinite == NonFinite(step=23, layer="0", kind="output")

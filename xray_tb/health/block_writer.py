@@ -45,6 +45,9 @@ class BlockWriter:
         self.first_nonfinite: Optional[NonFinite] = None
         #: Steps whose batch held a NaN or Inf (the monitor adds them where the sentinel found one on a CPU).
         self.nonfinite_inputs: set[int] = set()
+        #: ``{step: layer}``: the first layer whose output was not finite when the forward of a step whose
+        #: gradients only were found non-finite ran again (health/forward_replay.py).
+        self.forward_origins: dict[int, str] = {}
         self._scope = scope
         self._rules = rules
         self._iteration_families = iteration_families
@@ -119,6 +122,8 @@ class BlockWriter:
         self._sentinel.take(flags)  # weights and gradients, every iteration
         flags.add_block(iterations, self._iteration_families, frozenset(flags.by_step))
         flags.add_checks(activations, len(self._activation_families), self._checks.layers)
+        for step, layer in self.forward_origins.items():
+            flags.by_step.setdefault(step, {}).setdefault("output", set()).add(layer)
         return nonfinite.first_nonfinite(flags, self._scope.order)
 
     def _judge(self, iterations: Optional[Block], series: dict, activations: Optional[Block], activation_series: dict) -> None:

@@ -1,16 +1,18 @@
 """Where a non-finite value started when only the gradients show it: the forward run again.
 
 A NaN in a batch (or an activation that overflows) makes every gradient non-finite. At a health step
-the monitor's hooks saw that iteration's outputs and activations, and the origin is the first layer
-whose output is non-finite. Between health steps nothing of the forward is kept, and the gradients
+the monitor's hooks saw that iteration's activation layers, and the origin is the first of them whose
+output is non-finite. Between health steps nothing of the forward is kept, and the gradients
 alone would name the last layer, where backward starts. So that the answer does not depend on the
 pace, :class:`ForwardReplay` keeps, for each training forward since the last check, a reference to
 its inputs (no copy) and the CPU random state at its start (dropout draws the same masks again).
-When the sentinel finds only gradients non-finite at an iteration whose activations were not taken,
-:meth:`ForwardReplay.run` runs those forwards again, with the monitor's hooks armed and the model
-left as it was (:func:`xray_tb.trace.state.preserved`: buffers, random state, modes; no backward, so
-no ``.grad``), and stops at the first that holds a non-finite output or activation; the monitor then
-measures that iteration's activations from it. The references are dropped at every check.
+When the sentinel finds only gradients non-finite, :meth:`ForwardReplay.run` runs those forwards
+again, with every called layer's output tapped (the monitor's recorder) and the model left as it was
+(:func:`xray_tb.trace.state.preserved`: buffers, random state, modes; no backward, so no ``.grad``),
+and stops at the first that holds a non-finite output: the first layer in dataflow order whose output
+is not finite is the origin (:func:`first_nonfinite_output`), at every pace and also where health's
+own checks see no layer (an LSTM); between health steps that iteration's activations are measured
+from it. The references are dropped at every check.
 
 Fixed cost per forward (one pre-hook on the root module, about 6 µs on a 2-core VM), nothing per
 layer. Only on a CPU, where the sentinel knows at once (on an accelerator the find is read later, when
@@ -18,7 +20,9 @@ the inputs are gone), and not where the forward runs collectives (FSDP's sharded
 ``SyncBatchNorm``). Under DDP the gradients, and so the find, are the same on every rank: each rank
 runs its own batch again, and the activations are combined as at a health step (one collective every
 rank reaches, also a rank with nothing to run again). Not replayed: an input written in place since
-its forward (its version changed), and forwards beyond the last :data:`LIMIT` before a check.
+its forward (its version changed), forwards beyond the last :data:`LIMIT` before a check, and forwards
+an optimizer stepped after (a global step post-hook drops them: the weights moved; a model split over
+optimizers is run again at the check before the first of them steps).
 
 At a find the kept inputs also tell whether the batch itself held the NaN or Inf
 (:meth:`ForwardReplay.inputs_nonfinite`): the ``nonfinite`` finding then says to check the data.
@@ -27,12 +31,14 @@ At a find the kept inputs also tell whether the batch itself held the NaN or Inf
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from xray_tb.capture.hooks import Hook, TapRecorder
+from xray_tb.capture.hooks import Hook, TapRecorder, call_weakly
 from xray_tb.capture.tap_value import version_of
 from xray_tb.module_hooks import ModuleHooks
 from xray_tb.trace.state import leaving_no_trace, preserved
@@ -65,6 +71,13 @@ class ForwardReplay:
         self.hook = Hook(self._before_forward)  # the one hook between health steps, on the root module
         self._hooks = ModuleHooks()
         self._hooks.pre((model,), self.hook, with_kwargs=True)
+        this = weakref.ref(self)  # a global hook must not keep the replay alive
+        self._step_handle = register_optimizer_step_post_hook(
+            Hook(lambda optimizer, args, kwargs: call_weakly(this, "_weights_moved")))
+
+    def _weights_moved(self) -> None:
+        """An optimizer stepped: the kept forwards ran with weights that are no longer the model's."""
+        self._kept.clear()
 
     def _before_forward(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         if not torch.is_grad_enabled() or leaving_no_trace() or torch._C._current_autograd_node() is not None:
@@ -114,8 +127,9 @@ class ForwardReplay:
         return True
 
     def remove(self) -> None:
-        """Remove the hook and drop the references; idempotent."""
+        """Remove the hooks and drop the references; idempotent."""
         self._hooks.remove()
+        self._step_handle.remove()
         self._kept.clear()
 
 
@@ -128,6 +142,14 @@ def runs_collectives(modules) -> bool:
 def is_replay_hook(hook: Any) -> bool:
     """Whether ``hook`` (from a module's ``_forward_pre_hooks``) is a :class:`ForwardReplay`'s."""
     return isinstance(hook, Hook) and isinstance(getattr(hook._function, "__self__", None), ForwardReplay)
+
+
+def first_nonfinite_output(latest: dict, order: list[str]) -> Optional[str]:
+    """The first layer in ``order`` whose kept output (``latest``: a recorder's, by tap) is not finite."""
+    by_layer: dict[str, list] = {}
+    for tap, value in latest.items():
+        by_layer.setdefault(tap.module, []).extend(value.outputs.values())
+    return next((name for name in order if name in by_layer and values_nonfinite(by_layer[name])), None)
 
 
 def values_nonfinite(values: Any) -> bool:

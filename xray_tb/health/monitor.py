@@ -20,12 +20,12 @@ import torch
 from torch import nn
 
 from tb_plugin import health_metadata
-from xray_tb.trace.graph import Graph
+from xray_tb.trace.graph import Graph, Tap
 from xray_tb.health import activation_step
 from xray_tb.health.block_writer import BlockWriter
 from xray_tb.health.buffer import RowBuffer
 from xray_tb.health.findings import Finding, NonFinite
-from xray_tb.health.forward_replay import ForwardReplay, runs_collectives, values_nonfinite
+from xray_tb.health.forward_replay import ForwardReplay, first_nonfinite_output, runs_collectives, values_nonfinite
 from xray_tb.health.options import HealthOptions, budget_for
 from xray_tb.health.pacing import Pacer
 from xray_tb.health.pieces import LayerPieces
@@ -84,6 +84,9 @@ class HealthMonitor:
         replayable = device.type == "cpu" and weighted and self._shards is None and not runs_collectives(scope.modules.values())
         self._replay = ForwardReplay(model) if replayable else None
         self.capture_hooks: Callable[[], tuple] = tuple
+        self._model = model
+        #: The traced graph, asked for at a find (the recording rebuilds it on demand); None: health's own taps only.
+        self.graph_of: Optional[Callable[[], Graph]] = None
         self._writer = BlockWriter(sink, scope, make_rules(options.rules, options.dead_window), layer_scalars,
                                    self.iteration_families, self.activation_families, self._checks, self._sentinel,
                                    earlier_findings)
@@ -130,10 +133,11 @@ class HealthMonitor:
             self._measure_parameters(step, weights, grads)
             self._pacer.measured(index, time.perf_counter() - start, start)
         due = self._due
-        if activations and self._taken != step and (due[1] if due[0] == step else self._activations_due(step)):
+        taken = activations and self._taken != step and (due[1] if due[0] == step else self._activations_due(step))
+        if taken:
             self._measure_activations(step)
             measure = True
-        elif found and self._replayed(step):
+        if found and self._replayed(step, taken or self._taken == step):
             measure = True
         if self._replay is not None:
             if found and self._replay.inputs_nonfinite():
@@ -150,6 +154,8 @@ class HealthMonitor:
         before an optimizer other than the one that counts the iterations applies its gradients)."""
         if self._weights and not self._sentinel.done and self._shards is None:
             self._sentinel.check(step, self._weights, [weight.grad for weight in self._weights], self._biases)
+            if self._sentinel.found_at == step and self._group is None:  # before that optimizer moves the weights
+                self._replayed(step, self._taken == step)
 
     def activations_before_capture(self, step: int, collective: bool = False) -> None:
         """A capture before its iteration (``optimizer=``): a health step's activation statistics first, for
@@ -201,28 +207,51 @@ class HealthMonitor:
             self._iteration_rows.add(step, row, self._nan)
         self._measured += 1
 
-    def _replayed(self, step: int) -> bool:
-        """A find of gradients only at an iteration whose activations were not taken: measure them from its
-        forward run again (:mod:`xray_tb.health.forward_replay`), so that a NaN the batch brought is named
-        where it entered, as at a health step; whether it ran."""
-        if self._replay is None or self._taken == step or not self._sentinel.gradients_only(step):
+    def _replayed(self, step: int, taken: bool) -> bool:
+        """A find of gradients only: run the iteration's forward again (:mod:`xray_tb.health.forward_replay`)
+        with every called layer's output tapped, and file the first in dataflow order that is not finite as
+        where the NaN entered (the same at every pace; in one process: under DDP the ranks' batches differ);
+        its activations are measured from it unless they were ``taken``. Whether it measured them."""
+        if self._replay is None or not self._sentinel.gradients_only(step) or (taken and self._group is not None):
             return False
-        latest = self._recorder.latest
+        recorder = self._every_output()
+        own = recorder is not self._recorder
+        latest = recorder.latest
         kept_nonfinite = lambda: values_nonfinite(t for value in latest.values() for t in value.outputs.values())  # noqa: E731
-        if not self._replay.run(self._recorder, kept_nonfinite, self.capture_hooks()) and self._group is None:
-            return False
-        self._measure_activations(step)  # under DDP every rank measures (its find is the same): one collective they all reach
-        self._taken = step
-        return True
+        try:
+            ran = self._replay.run(recorder, kept_nonfinite, (*self.capture_hooks(), *((self._recorder,) if own else ())))
+            origin = first_nonfinite_output(latest, self.scope.order) if ran and self._group is None else None
+            if origin is not None:
+                self._writer.forward_origins[int(step)] = origin
+            if taken or (not ran and self._group is None):
+                return False
+            self._measure_activations(step, recorder)  # under DDP every rank measures (its find is the same): one collective
+            self._taken = step
+            return True
+        finally:
+            if own:
+                recorder.remove()
 
-    def _measure_activations(self, step: int) -> None:
+    def _every_output(self) -> TapRecorder:
+        """An unarmed recorder of every called layer's (first) output and of health's own taps, made at a find
+        (health's own recorder without a graph to tap by)."""
+        if self.graph_of is None:
+            return self._recorder
+        graph = self.graph_of()
+        taps = {Tap(name, node["call"]) for name, node in graph.layers.items()}
+        taps |= set(self.scope.output_taps.values()) | {layer.source.tap for layer in self.scope.activations}
+        return TapRecorder.for_graph(self._model, self.scope.modules, graph, taps)
+
+    def _measure_activations(self, step: int, recorder: Optional[TapRecorder] = None) -> None:
+        """The activation statistics of ``step`` from what ``recorder`` kept (the monitor's own by default)."""
+        recorder = self._recorder if recorder is None else recorder
         with torch.no_grad(), self._reductions:  # inside take_graphs(), the frames reuse what is reduced here
-            row, vectors = activation_step.measure(self.scope, self._recorder.latest, self._reductions, self.activation_families,
+            row, vectors = activation_step.measure(self.scope, recorder.latest, self._reductions, self.activation_families,
                                                    self._checks, self._group, step, self._nan)
             self._activation_rows.add(step, row, self._nan)
         if vectors:
             self._vectors.append((int(step), time.time(), vectors))
-        self._recorder.clear()
+        recorder.clear()
 
     # A call's iteration waits for its optimizer step (health.skipped_steps): held, then released or withdrawn.
     def hold(self, step: int) -> None:

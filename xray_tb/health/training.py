@@ -76,6 +76,7 @@ class TrainingHealth:
             recording.on_release(self._follower.remove)
             monitor.on_weights_changed = self._rebind_follower
         monitor.capture_hooks = lambda: (recording.recorder,)  # paused while a forward runs again
+        monitor.graph_of = lambda: recording.graph  # every layer's output is tapped when a forward runs again
         recording.on_release(monitor.close)
         recording.pause_with_recorder(monitor.activation_hooks)
         self.monitor = monitor
