@@ -30,7 +30,8 @@ def model():
 def armed(model):
     """Whether a hook of Xray's is on the model, but training health's pre-hook on the root, which stays
     between health steps (it keeps a reference to each training forward's inputs: xray_tb.health.forward_replay)."""
-    return any(m._forward_hooks or [hook for hook in m._forward_pre_hooks.values() if not is_replay_hook(hook)] for m in model.modules())
+    return any(m._forward_hooks or [hook for hook in m._forward_pre_hooks.values() if not is_replay_hook(hook)]
+               for m in model.modules())
 
 
 def test_schedule_counts_take_graphs_calls_and_arms_only_due_steps(model, tmp_path):

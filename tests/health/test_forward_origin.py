@@ -96,8 +96,8 @@ class Square(nn.Module):
 def squaring_model() -> nn.Module:
     torch.manual_seed(0)
     model = nn.Sequential()
-    for name, module in (("first", nn.Linear(16, 32)), ("square", Square()), ("second", nn.Linear(32, 32)), ("act", nn.Tanh()),
-                         ("third", nn.Linear(32, 4))):
+    for name, module in (("first", nn.Linear(16, 32)), ("square", Square()), ("second", nn.Linear(32, 32)),
+                         ("act", nn.Tanh()), ("third", nn.Linear(32, 4))):
         model.add_module(name, module)
     return model
 

@@ -41,6 +41,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from xray_tb.capture.hooks import Hook, TapRecorder, call_weakly
 from xray_tb.capture.tap_value import version_of
 from xray_tb.module_hooks import ModuleHooks
+from xray_tb.trace.graph import Graph, Tap
 from xray_tb.trace.state import leaving_no_trace, preserved
 
 #: The most forwards kept between two checks (gradient accumulation over more micro-batches keeps the last ones).
@@ -142,6 +143,14 @@ def runs_collectives(modules) -> bool:
 def is_replay_hook(hook: Any) -> bool:
     """Whether ``hook`` (from a module's ``_forward_pre_hooks``) is a :class:`ForwardReplay`'s."""
     return isinstance(hook, Hook) and isinstance(getattr(hook._function, "__self__", None), ForwardReplay)
+
+
+def every_output(model: nn.Module, scope, graph: Graph) -> TapRecorder:
+    """An unarmed recorder of every called layer's (first) output, and of the taps of ``scope``'s checks
+    (an activation module called again, for one)."""
+    taps = {Tap(name, node["call"]) for name, node in graph.layers.items()}
+    taps |= set(scope.output_taps.values()) | {layer.source.tap for layer in scope.activations}
+    return TapRecorder.for_graph(model, scope.modules, graph, taps)
 
 
 def first_nonfinite_output(latest: dict, order: list[str]) -> Optional[str]:

@@ -20,12 +20,12 @@ import torch
 from torch import nn
 
 from tb_plugin import health_metadata
-from xray_tb.trace.graph import Graph, Tap
+from xray_tb.trace.graph import Graph
 from xray_tb.health import activation_step
 from xray_tb.health.block_writer import BlockWriter
 from xray_tb.health.buffer import RowBuffer
 from xray_tb.health.findings import Finding, NonFinite
-from xray_tb.health.forward_replay import ForwardReplay, first_nonfinite_output, runs_collectives, values_nonfinite
+from xray_tb.health.forward_origin import ForwardOrigin
 from xray_tb.health.options import HealthOptions, budget_for
 from xray_tb.health.pacing import Pacer
 from xray_tb.health.pieces import LayerPieces
@@ -79,14 +79,6 @@ class HealthMonitor:
         self._sentinel = NonFiniteSentinel(self._pieces.names, [name for name, _ in scope.biases])
         self._sentinel.on_overflow = self._drop_row  # a GradScaler's overflow: no row, a gap in the series
         self._shards = ShardedHealth.of(group, self._pieces.weights, self._sentinel)  # FSDP
-        # On a CPU, a find of gradients only between health steps runs that iteration's forward again (not
-        # with sharded weights or SyncBatchNorm, whose forwards run collectives); capture_hooks: paused meanwhile.
-        replayable = device.type == "cpu" and weighted and self._shards is None and not runs_collectives(scope.modules.values())
-        self._replay = ForwardReplay(model) if replayable else None
-        self.capture_hooks: Callable[[], tuple] = tuple
-        self._model = model
-        #: The traced graph, asked for at a find (the recording rebuilds it on demand); None: health's own taps only.
-        self.graph_of: Optional[Callable[[], Graph]] = None
         self._writer = BlockWriter(sink, scope, make_rules(options.rules, options.dead_window), layer_scalars,
                                    self.iteration_families, self.activation_families, self._checks, self._sentinel,
                                    earlier_findings)
@@ -99,6 +91,9 @@ class HealthMonitor:
         self._rebuild_buffers()
         taps = set(scope.output_taps.values()) | {layer.source.tap for layer in scope.activations}
         self._recorder = TapRecorder.for_graph(model, scope.modules, graph, taps)
+        # A find of gradients only runs that iteration's forward again, to name where a NaN the batch brought entered.
+        self.origin = ForwardOrigin.of(model, scope, self._sentinel, self._writer, self._recorder, self._measure_activations,
+                                       group, device.type == "cpu", self._shards is not None)
         self.arm_for(first_step)
 
     # Driving ------------------------------------------------------------------------------------
@@ -137,15 +132,10 @@ class HealthMonitor:
         if taken:
             self._measure_activations(step)
             measure = True
-        if found and self._replayed(step, taken or self._taken == step):
-            measure = True
-        if self._replay is not None:
-            if found and self._replay.inputs_nonfinite():
-                self._writer.nonfinite_inputs.add(int(step))
-            self._replay.forget()
-            if self._sentinel.done:  # only the first non-finite value is reported: no forward to keep from now on
-                self._replay.remove()
-                self._replay = None
+        if self.origin is not None:
+            if found and self.origin.at_find(step, taken or self._taken == step):
+                self._taken, measure = step, True
+            self.origin.after_check(step, found)
         if measure and max(len(self._iteration_rows), len(self._activation_rows)) >= self.options.flush_every:
             self.flush()
 
@@ -154,8 +144,9 @@ class HealthMonitor:
         before an optimizer other than the one that counts the iterations applies its gradients)."""
         if self._weights and not self._sentinel.done and self._shards is None:
             self._sentinel.check(step, self._weights, [weight.grad for weight in self._weights], self._biases)
-            if self._sentinel.found_at == step and self._group is None:  # before that optimizer moves the weights
-                self._replayed(step, self._taken == step)
+            if self._sentinel.found_at == step and self._group is None and self.origin is not None:
+                if self.origin.at_find(step, self._taken == step):  # before that optimizer moves the weights
+                    self._taken = step
 
     def activations_before_capture(self, step: int, collective: bool = False) -> None:
         """A capture before its iteration (``optimizer=``): a health step's activation statistics first, for
@@ -206,41 +197,6 @@ class HealthMonitor:
                     row = self._shards.combine(step, families, row, self._pacer)
             self._iteration_rows.add(step, row, self._nan)
         self._measured += 1
-
-    def _replayed(self, step: int, taken: bool) -> bool:
-        """A find of gradients only: run the iteration's forward again (:mod:`xray_tb.health.forward_replay`)
-        with every called layer's output tapped, and file the first in dataflow order that is not finite as
-        where the NaN entered (the same at every pace; in one process: under DDP the ranks' batches differ);
-        its activations are measured from it unless they were ``taken``. Whether it measured them."""
-        if self._replay is None or not self._sentinel.gradients_only(step) or (taken and self._group is not None):
-            return False
-        recorder = self._every_output()
-        own = recorder is not self._recorder
-        latest = recorder.latest
-        kept_nonfinite = lambda: values_nonfinite(t for value in latest.values() for t in value.outputs.values())  # noqa: E731
-        try:
-            ran = self._replay.run(recorder, kept_nonfinite, (*self.capture_hooks(), *((self._recorder,) if own else ())))
-            origin = first_nonfinite_output(latest, self.scope.order) if ran and self._group is None else None
-            if origin is not None:
-                self._writer.forward_origins[int(step)] = origin
-            if taken or (not ran and self._group is None):
-                return False
-            self._measure_activations(step, recorder)  # under DDP every rank measures (its find is the same): one collective
-            self._taken = step
-            return True
-        finally:
-            if own:
-                recorder.remove()
-
-    def _every_output(self) -> TapRecorder:
-        """An unarmed recorder of every called layer's (first) output and of health's own taps, made at a find
-        (health's own recorder without a graph to tap by)."""
-        if self.graph_of is None:
-            return self._recorder
-        graph = self.graph_of()
-        taps = {Tap(name, node["call"]) for name, node in graph.layers.items()}
-        taps |= set(self.scope.output_taps.values()) | {layer.source.tap for layer in self.scope.activations}
-        return TapRecorder.for_graph(self._model, self.scope.modules, graph, taps)
 
     def _measure_activations(self, step: int, recorder: Optional[TapRecorder] = None) -> None:
         """The activation statistics of ``step`` from what ``recorder`` kept (the monitor's own by default)."""
@@ -370,8 +326,8 @@ class HealthMonitor:
             self.flush()
         finally:
             self._recorder.remove()
-            if self._replay is not None:
-                self._replay.remove()
+            if self.origin is not None:
+                self.origin.remove()
             self._sentinel.remove()
             self._loads.remove()
             self._writer.sink = None

@@ -75,8 +75,8 @@ class TrainingHealth:
                                                self._check_nonfinite)
             recording.on_release(self._follower.remove)
             monitor.on_weights_changed = self._rebind_follower
-        monitor.capture_hooks = lambda: (recording.recorder,)  # paused while a forward runs again
-        monitor.graph_of = lambda: recording.graph  # every layer's output is tapped when a forward runs again
+        if monitor.origin is not None:  # a forward run again taps every layer's output, Xray's capture hooks paused
+            monitor.origin.graph_of, monitor.origin.capture_hooks = (lambda: recording.graph), (lambda: (recording.recorder,))
         recording.on_release(monitor.close)
         recording.pause_with_recorder(monitor.activation_hooks)
         self.monitor = monitor
