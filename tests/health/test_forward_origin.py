@@ -202,3 +202,23 @@ def test_a_nan_in_the_batch_of_a_model_split_over_two_optimizers_is_named_where_
             head.step()
             trunk.step()
         assert xray.first_nonfinite == NonFinite(step=23, layer="0", kind="output")
+
+
+def test_a_nan_batch_before_the_first_call_names_its_step_once_the_call_numbers_the_steps(tmp_path):
+    """The README loop numbered from 100, take_graphs(step) at 105, 115, ...: the iterations before the first
+    call are filed under their steps once it names one, and so is where the NaN of step 102's batch entered."""
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    with Xray(model, input_size=(16,), logdir=str(tmp_path)) as xray:
+        for step, (x, y) in zip(range(100, 130), batches(30)):
+            if step == 102:
+                x = x.clone()
+                x[0, 0] = math.nan
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            if step % 10 == 5:
+                xray.take_graphs(step)
+            optimizer.step()
+        assert xray.first_nonfinite == NonFinite(step=102, layer="0", kind="output")
+        message, = [f.message for f in xray.findings() if f.rule == "nonfinite"]
+    assert "the batch of that step held NaN or Inf values" in message

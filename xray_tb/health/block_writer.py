@@ -117,6 +117,11 @@ class BlockWriter:
         self._epoch += 1
         return moments
 
+    def shift_forward_finds(self, delta: int) -> None:
+        """File the forward origins and non-finite batches noted so far ``delta`` steps later (renumbered)."""
+        self.forward_origins = {step + delta: layer for step, layer in self.forward_origins.items()}
+        self.nonfinite_inputs = {step + delta for step in self.nonfinite_inputs}
+
     def _locate_nonfinite(self, iterations: Optional[Block], activations: Optional[Block]) -> Optional[NonFinite]:
         flags = nonfinite.FlagRows()
         self._sentinel.take(flags)  # weights and gradients, every iteration

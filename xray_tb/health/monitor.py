@@ -235,6 +235,7 @@ class HealthMonitor:
         self._iteration_rows.shift(delta)
         self._activation_rows.shift(delta)
         self._sentinel.shift(delta)
+        self._writer.shift_forward_finds(delta)
         self._held = None if self._held is None else self._held + delta
         self._vectors = [(step + delta, wall, vectors) for step, wall, vectors in self._vectors]
         self._last_step += delta
