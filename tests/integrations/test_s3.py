@@ -238,7 +238,8 @@ def test_tensorboard_on_s3_shows_each_capture_while_training_goes_on(s3, tmp_pat
     with Xray(model, input_size=(1, 6, 6), plan=PLAN, logdir="s3://xray/live/run", health=False) as xray:
         train(model, [xray], steps=1)
         with tensorboard(sys.executable, "s3://xray/live", cwd=tmp_path, extra=["--reload_interval=1"]) as url:
-            assert get_json(f"{url}/data/plugin/xray/layers?run=run")["steps"] == [0]
+            # TensorBoard's first load of the store may not be over when it starts answering
+            assert wait_for_steps(f"{url}/data/plugin/xray/layers?run=run", [0])
             xray.take_graphs(1)  # each capture is one new object, uploaded in the background at once
             xray.take_graphs(2)
             assert wait_for_steps(f"{url}/data/plugin/xray/layers?run=run", [0, 1, 2])
