@@ -40,6 +40,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from xray_tb.capture.hooks import Hook, TapRecorder, call_weakly
 from xray_tb.capture.tap_value import version_of
+from xray_tb.health.stats.outputs import nonfinite_flags
 from xray_tb.module_hooks import ModuleHooks
 from xray_tb.trace.graph import Graph, Tap
 from xray_tb.trace.state import leaving_no_trace, preserved
@@ -69,9 +70,8 @@ class ForwardReplay:
         self._model = model
         self._kept: list[_Forward] = []
         self.owner: Optional[int] = None  # the training thread: the one that checks
-        self.hook = Hook(self._before_forward)  # the one hook between health steps, on the root module
-        self._hooks = ModuleHooks()
-        self._hooks.pre((model,), self.hook, with_kwargs=True)
+        self._hooks = ModuleHooks()  # the one hook between health steps, on the root module
+        self._hooks.pre((model,), Hook(self._before_forward), with_kwargs=True)
         this = weakref.ref(self)  # a global hook must not keep the replay alive
         self._step_handle = register_optimizer_step_post_hook(
             Hook(lambda optimizer, args, kwargs: call_weakly(this, "_weights_moved")))
@@ -162,5 +162,5 @@ def first_nonfinite_output(latest: dict, order: list[str]) -> Optional[str]:
 
 
 def values_nonfinite(values: Any) -> bool:
-    """Whether any floating tensor among ``values`` holds a NaN or an infinity."""
-    return any(t.is_floating_point() and t.numel() and not bool(torch.isfinite(t).all()) for t in values)
+    """Whether any floating tensor among ``values`` holds a NaN or an infinity (the forward checks' test)."""
+    return any(flag is not None and bool(flag) for flag in nonfinite_flags(list(values)))
