@@ -28,7 +28,7 @@ run() {  # run LIMIT_SECONDS COMMAND...: one part, its exit status noted, the ne
 {
     "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
     if [ "$DEVICE" != cpu ]; then
-        run 180 "$PY" -m pytest -q -p no:cacheprovider -m cuda tests/test_cuda.py tests/integrations/test_fsdp.py tests/integrations/test_ddp.py
+        run 180 "$PY" -m pytest -q -p no:cacheprovider -m cuda tests/test_cuda.py tests/health/test_input_watch.py tests/integrations/test_fsdp.py tests/integrations/test_ddp.py
     fi
     run 60 "$PY" -m pytest -q -p no:cacheprovider tests/health/test_fixed_dispatch.py
     run 90 "$PY" bench/bench_gpu_health.py --device "$DEVICE" --model conv16 --rounds "$ROUNDS" $CONV

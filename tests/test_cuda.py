@@ -18,35 +18,16 @@ from torch.nn import functional as F
 
 from tb_plugin import health_metadata
 from xray_tb import Xray, open_run
-from xray_tb.devices import device_path_on_cpu
 from xray_tb.health import HealthOptions
 from xray_tb.health.findings import NonFinite
 
 from tests.health.helpers import scalars, values_by_tag
+from tests.helpers.devices import device  # noqa: F401 (the fixture)
 from tests.helpers.host_reads import host_reads
+from tests.models import ConvNet
 
 
 
-@pytest.fixture(params=[pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]),
-                        "cpu_device_path"])
-def device(request):
-    """A device GPU, or the CPU with every reduction on the device path."""
-    if request.param == "cuda":
-        yield torch.device("cuda")
-        return
-    with device_path_on_cpu():
-        yield torch.device("cpu")
-
-
-class ConvNet(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(1, 8, 3, padding=1)
-        self.fc1 = nn.Linear(8 * 36, 64)
-        self.fc2 = nn.Linear(64, 3)
-
-    def forward(self, x):
-        return self.fc2(torch.relu(self.fc1(torch.relu(self.conv(x)).flatten(1))))
 
 
 def test_per_iteration_statistics_on_the_gpu_equal_autograds_gradients(tmp_path, device):

@@ -30,7 +30,6 @@ At a find the kept inputs also tell whether the batch itself held the NaN or Inf
 
 from __future__ import annotations
 
-import threading
 import weakref
 from typing import Any, Callable, Optional
 
@@ -41,9 +40,10 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from xray_tb.capture.hooks import Hook, TapRecorder, call_weakly
 from xray_tb.capture.tap_value import version_of
 from xray_tb.health.stats.outputs import nonfinite_flags
+from xray_tb.health.training_forwards import TrainingThread
 from xray_tb.module_hooks import ModuleHooks
 from xray_tb.trace.graph import Graph, Tap
-from xray_tb.trace.state import leaving_no_trace, preserved
+from xray_tb.trace.state import preserved
 
 #: The most forwards kept between two checks (gradient accumulation over more micro-batches keeps the last ones).
 LIMIT = 8
@@ -69,7 +69,7 @@ class ForwardReplay:
     def __init__(self, model: nn.Module):
         self._model = model
         self._kept: list[_Forward] = []
-        self.owner: Optional[int] = None  # the training thread: the one that checks
+        self._thread = TrainingThread()  # the one that checks
         self._hooks = ModuleHooks()  # the one hook between health steps, on the root module
         self._hooks.pre((model,), Hook(self._before_forward), with_kwargs=True)
         this = weakref.ref(self)  # a global hook must not keep the replay alive
@@ -81,12 +81,7 @@ class ForwardReplay:
         self._kept.clear()
 
     def _before_forward(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        if not torch.is_grad_enabled() or leaving_no_trace() or torch._C._current_autograd_node() is not None:
-            return  # validation, Xray's own forwards, a checkpoint's recomputation in backward
-        thread = threading.get_ident()
-        if self.owner is None:
-            self.owner = thread
-        if thread != self.owner:
+        if not self._thread.claims():
             return
         if len(self._kept) >= LIMIT:
             del self._kept[0]
@@ -94,7 +89,7 @@ class ForwardReplay:
 
     def forget(self) -> None:
         """A check ran: drop the references (called on the training thread)."""
-        self.owner = threading.get_ident()
+        self._thread.claim()
         self._kept.clear()
 
     def inputs_nonfinite(self) -> bool:

@@ -26,6 +26,7 @@ from xray_tb.health.block_writer import BlockWriter
 from xray_tb.health.buffer import RowBuffer
 from xray_tb.health.findings import Finding, NonFinite
 from xray_tb.health.forward_origin import ForwardOrigin
+from xray_tb.health.input_watch import InputWatch
 from xray_tb.health.options import HealthOptions, budget_for
 from xray_tb.health.pacing import Pacer
 from xray_tb.health.pieces import LayerPieces
@@ -44,6 +45,7 @@ from xray_tb.capture.hooks import TapRecorder
 from xray_tb.capture.shared_reductions import SharedReductions
 from xray_tb.capture.schedules import as_schedule
 from xray_tb.io.sink import EventSink
+from xray_tb.devices import on_host
 from xray_tb.distributed import Group
 
 
@@ -93,7 +95,9 @@ class HealthMonitor:
         self._recorder = TapRecorder.for_graph(model, scope.modules, graph, taps)
         # A find of gradients only runs that iteration's forward again, to name where a NaN the batch brought entered.
         self.origin = ForwardOrigin.of(model, scope, self._sentinel, self._writer, self._recorder, self._measure_activations,
-                                       group, device.type == "cpu", self._shards is not None)
+                                       group, on_host(device), self._shards is not None)
+        # On an accelerator, each forward's floating inputs are checked on the device instead.
+        self.inputs = InputWatch.of(model, device, scope.order, self._sentinel, self._writer) if scope.weighted else None
         self.arm_for(first_step)
 
     # Driving ------------------------------------------------------------------------------------
@@ -118,7 +122,9 @@ class HealthMonitor:
         if weights and self._shards is not None:  # each rank reduces its own shards; a measured row is combined
             weights, grads = self._shards.local(weights), self._shards.local(grads)
         if weights and not self._sentinel.done:  # none: no layer holds a parameter, nothing per iteration
-            self._sentinel.check(step, weights, grads, self._biases)
+            self._sentinel.check(step, weights, grads, self._biases, None if self.inputs is None else self.inputs.flags())
+        elif self.inputs is not None and self._sentinel.done:  # only the first non-finite value is reported
+            self.inputs.remove()
         # On a CPU a find is known at once: that iteration's statistics show the NaN too. Not with sharded
         # weights (FSDP), where a measured row is combined over the ranks, which must all measure it.
         found = self._sentinel.found_at == step and self._shards is None
@@ -143,7 +149,8 @@ class HealthMonitor:
         """The non-finite sentinel alone, on the weights and gradients as they are now (iteration ``step``,
         before an optimizer other than the one that counts the iterations applies its gradients)."""
         if self._weights and not self._sentinel.done and self._shards is None:
-            self._sentinel.check(step, self._weights, [weight.grad for weight in self._weights], self._biases)
+            self._sentinel.check(step, self._weights, [weight.grad for weight in self._weights], self._biases,
+                                 None if self.inputs is None else self.inputs.flags())
             if self._sentinel.found_at == step and self._group is None and self.origin is not None:
                 if self.origin.at_find(step, self._taken == step):  # before that optimizer moves the weights
                     self._taken = step
@@ -329,6 +336,8 @@ class HealthMonitor:
             self._recorder.remove()
             if self.origin is not None:
                 self.origin.remove()
+            if self.inputs is not None:
+                self.inputs.remove()
             self._sentinel.remove()
             self._loads.remove()
             self._writer.sink = None

@@ -6,7 +6,9 @@ Cheap by construction, and without a host sync per iteration on a GPU:
 
 * on a GPU, one inf-norm per (device, dtype) group (``_foreach_norm``: NaN propagates, nothing
   overflows) gives a flag per tensor; the flags of the first iteration with any flag, and its step,
-  are kept on the device (a few ``where``) and read when the statistics are next written;
+  are kept on the device (a few in-place ops, :mod:`xray_tb.health.device_finds`), with the flags of
+  that iteration's floating inputs (:mod:`xray_tb.health.input_watch`), and read when the statistics
+  are next written;
 * on a CPU, where reading a value costs no sync and memory bandwidth is what a check costs, each
   gradient's and each weight's sum (a NaN or an infinity makes it non-finite) is added up and read;
   only when the total is not finite are they checked one by one (``isfinite``), so a finite tensor
@@ -40,6 +42,7 @@ import torch
 
 from xray_tb import sharding
 from xray_tb.health import cpu_batches, reductions
+from xray_tb.health.device_finds import DeviceFinds, InputFlags
 from xray_tb.health.nonfinite import FlagRows
 from xray_tb.health.overflows import OverflowWatch
 from xray_tb.health.stats.base import stored_all, stored_values
@@ -55,8 +58,13 @@ class NonFiniteSentinel:
         self.bias_layers = bias_layers or []  # the layer of each bias
         self.done = False  # a first non-finite iteration was found (or its search is over)
         self._found: Optional[tuple[int, list[bool]]] = None  # (step, flags), weights then grads
-        self._device_state: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None  # seen, step, flags
-        self._slots: Optional[tuple[list[int], int]] = None  # positions of the checked tensors, count of all
+        self._device = DeviceFinds()  # on an accelerator: the first find, kept on the device
+        #: ``{step: (positions, flags)}``: the floating inputs of a step with a find on an accelerator, where
+        #: one held a NaN or an infinity (:mod:`xray_tb.health.input_watch`).
+        self.input_finds: dict[int, tuple] = {}
+        #: Called with ``(step, input_finds[step])`` when the first find, read, holds gradients only and the
+        #: step's batch held the NaN or Inf (the monitor files where it entered).
+        self.on_input_find: Optional[Callable[[int, tuple], None]] = None
         self._on_cpu: Optional[bool] = None  # decided at the first check (the weights' device)
         self.shared = False  # sharded weights: report what the ranks agreed on, not this rank's own find
         self._agreed: Optional[tuple[int, list[bool]]] = None
@@ -82,8 +90,9 @@ class NonFiniteSentinel:
         return 2 * (len(self.layers) + len(self.bias_layers))
 
     def check(self, step: int, weights: list[torch.Tensor], grads: list[Optional[torch.Tensor]],
-              biases: Optional[list[torch.Tensor]] = None) -> None:
-        """Check one iteration's weights and gradients (None for a missing gradient), and ``biases``."""
+              biases: Optional[list[torch.Tensor]] = None, inputs: Optional[InputFlags] = None) -> None:
+        """Check one iteration's weights and gradients (None for a missing gradient), and ``biases``;
+        ``inputs``: on an accelerator, the flags of the iteration's floating inputs (kept with a find)."""
         with torch.no_grad():
             if self.overflows.waiting_step is not None:
                 self.settle(at_check=True)
@@ -126,7 +135,7 @@ class NonFiniteSentinel:
             if self._on_cpu:
                 self._locate_now(step, tensors, positions, checked)
             else:
-                self._check_on_device(step, tensors, positions, checked)
+                self._check_on_device(step, tensors, positions, checked, inputs)
 
     def _locate_now(self, step: int, tensors: list, positions: list[int], checked: list[torch.Tensor]) -> None:
         """A gradient sum was not finite: check every weight and gradient element by element."""
@@ -200,7 +209,8 @@ class NonFiniteSentinel:
     def _has_gradient(self, flags: list[bool]) -> bool:
         return any(flag and not forward for flag, forward in zip(flags, self._forward_flags()))
 
-    def _check_on_device(self, step: int, tensors: list, positions: list[int], checked: list[torch.Tensor]) -> None:
+    def _check_on_device(self, step: int, tensors: list, positions: list[int], checked: list[torch.Tensor],
+                         inputs: Optional[InputFlags] = None) -> None:
         flags = ~torch.isfinite(reductions.stacked_norms(checked, math.inf))
         if self._scaled is None:
             self._scaled = self.overflows.scaler_in_use()
@@ -208,41 +218,29 @@ class NonFiniteSentinel:
             host = [False] * len(tensors)
             for position, flag in zip(positions, flags.tolist()):
                 host[position] = flag
+            if inputs is not None and any(host) and bool(inputs[1].any()):
+                self.input_finds[int(step)] = (inputs[0], inputs[1].tolist())
             self._flagged(step, host)
             return
         if step == self._held:
-            self._pending = (int(step), flags, positions, len(tensors))
+            self._pending = (int(step), flags, positions, len(tensors), inputs)
         else:
-            self._merge(int(step), flags, positions, len(tensors))
+            self._merge(int(step), flags, positions, len(tensors), inputs)
 
-    def _merge(self, step: int, flags: torch.Tensor, positions: list[int], count: int) -> None:
+    def _merge(self, step: int, flags: torch.Tensor, positions: list[int], count: int, inputs: Optional[InputFlags] = None) -> None:
         """Keep ``flags`` (on the device) if they are the first with a flag."""
-        if self._device_state is None or self._slots != (positions, count):
-            self._read_device()  # what an earlier layout found stays found
-            if self.done:
-                return
-            device = flags.device
-            self._device_state = (torch.zeros((), dtype=torch.bool, device=device), torch.full((), -1, dtype=torch.int64, device=device),
-                                  torch.zeros(len(positions), dtype=torch.bool, device=device))
-            self._slots = (positions, count)
-        seen, first_step, first_flags = self._device_state
-        new = flags.any() & ~seen  # the flags stay all False until the first iteration with one
-        first_flags.logical_or_(flags & new)
-        first_step.masked_fill_(new, int(step))
-        seen.logical_or_(new)
+        if not self.done and (earlier := self._device.merge(step, flags, positions, count, inputs)) is not None:
+            self._take_device_find(earlier)
 
     def _read_device(self) -> None:
-        if self._device_state is None or self.done:
-            return
-        seen, first_step, first_flags = self._device_state
-        if bool(seen):
-            positions, count = self._slots
-            flags = [False] * count
-            for position, flag in zip(positions, first_flags.tolist()):
-                flags[position] = flag
-            self._found = (int(first_step), flags)
-            self.done = True
-        self._device_state = None
+        if not self.done and (found := self._device.read()) is not None:
+            self._take_device_find(found)
+
+    def _take_device_find(self, found: tuple) -> None:
+        step, flags, inputs = found
+        self._found, self.done = (step, flags), True
+        if inputs is not None:
+            self.input_finds[step] = inputs
 
     def remove(self) -> None:
         """Remove the optimizer hooks that keep the weights' clean marks (idempotent)."""
@@ -287,13 +285,13 @@ class NonFiniteSentinel:
                 self._found, self.done = (step, kept), True
             self.found_at = self.found_at if any(kept) else None
         else:
-            step, flags, positions, count = pending
+            step, flags, positions, count, inputs = pending
             forward = self._forward_flags()
             mask = torch.tensor([forward[i] for i in positions], device=flags.device)
             if not bool((flags & ~mask).any()):  # no non-finite gradient: the iteration stands
                 self._merge(*pending)
                 return False
-            self._merge(step, flags & mask, positions, count)
+            self._merge(step, flags & mask, positions, count, inputs)
         if self._skipped_first is None:
             self._skipped_first = pending  # reinstated if the skipped steps go on too long for a scaler
         return True
@@ -303,9 +301,8 @@ class NonFiniteSentinel:
         if self._found is not None and self._agreed is None:
             self._found = (self._found[0] + delta, self._found[1])
         self.overflows.shift(delta)
-        if self._device_state is not None:
-            first_step = self._device_state[1]
-            first_step.add_((first_step >= 0).long() * delta)
+        self._device.shift(delta)
+        self.input_finds = {step + delta: found for step, found in self.input_finds.items()}
 
     def local_find(self) -> Optional[tuple[int, list[bool]]]:
         """This rank's first non-finite iteration, ``(step, flags)`` (weights then gradients), or None."""
@@ -329,6 +326,8 @@ class NonFiniteSentinel:
         if found is None:
             return
         step, flags = found
+        if self.on_input_find is not None and step in self.input_finds and self._has_gradient(flags) and not any(self._forward_only(flags)):
+            self.on_input_find(step, self.input_finds[step])
         count, biases = len(self.layers), len(self.bias_layers)
         for kind, names, offset in (("weight", self.layers, 0), ("weight_grad", self.layers, count),
                                     ("bias", self.bias_layers, 2 * count), ("bias_grad", self.bias_layers, 2 * count + biases)):

@@ -77,6 +77,8 @@ class TrainingHealth:
             monitor.on_weights_changed = self._rebind_follower
         if monitor.origin is not None:  # a forward run again taps every layer's output, Xray's capture hooks paused
             monitor.origin.graph_of, monitor.origin.capture_hooks = (lambda: recording.graph), (lambda: (recording.recorder,))
+        if monitor.inputs is not None:  # a flagged input names the first layer it reaches in the traced graph
+            monitor.inputs.graph_of = lambda: recording.graph
         recording.on_release(monitor.close)
         recording.pause_with_recorder(monitor.activation_hooks)
         self.monitor = monitor

@@ -49,6 +49,8 @@ class Graph:
         for following in self._successors.values():
             following.sort(key=lambda node: order[node["id"]])
         self._calls = {(n["module"], n["call"]): n for n in nodes if n["kind"] == "module"}
+        #: The ids of the input nodes, ``input:<k>`` for the k-th distinct tensor of the forward's arguments.
+        self.inputs: list[str] = [node["id"] for node in nodes if node["kind"] == "input"]
         #: The first call node of every module called in the forward (the root excluded), in order.
         self.layers: dict[str, dict] = {}
         for node in nodes:
@@ -80,6 +82,22 @@ class Graph:
             single = following[0] if len(following) == 1 else None
             current = single if single and single["kind"] == "module" and single.get("type") in PASS_THROUGH_MODULES else None
         return None
+
+    def layers_reached(self, node_id: str) -> set[str]:
+        """The layers whose call first takes in what ``node_id`` produced: the module calls reached from it
+        through function nodes only (a module call's own outputs are not followed further)."""
+        found: set[str] = set()
+        queue, seen = [node_id], {node_id}
+        while queue:
+            for node in self._successors[queue.pop()]:
+                if node["id"] in seen:
+                    continue
+                seen.add(node["id"])
+                if node["kind"] == "module" and node.get("module"):
+                    found.add(node["module"])
+                elif node["kind"] == "function":
+                    queue.append(node["id"])
+        return found
 
     def calls_per_forward(self) -> dict[str, int]:
         """How many times the traced forward called each module (the root excluded)."""

@@ -143,6 +143,7 @@ from torch.overrides import TorchFunctionMode
 
 from xray_tb import sharding
 from xray_tb.module_hooks import ModuleHooks
+from xray_tb.trace.flatten import tensors_in
 from xray_tb.trace.op_names import op_kwargs, op_name, release_stubs
 from xray_tb.trace.state import preserved, without_cyclic_gc
 
@@ -164,7 +165,7 @@ def trace(model: nn.Module, args: tuple, kwargs: dict | None = None, after_forwa
     try:
         modules = list(recorder.modules.values())  # one walk of the model for the snapshot and the hooks
         with preserved(model, modules), _hooks(modules, recorder), torch.enable_grad():
-            recorder.add_inputs(_tensors((args, kwargs or {})))
+            recorder.add_inputs(tensors_in((args, kwargs or {})))
             try:
                 with _RecordingMode(recorder) as recorder.mode:
                     try:
@@ -176,7 +177,7 @@ def trace(model: nn.Module, args: tuple, kwargs: dict | None = None, after_forwa
                 if after_forward is not None:
                     after_forward()
             recorder.mark_outputs_written_later()
-            recorder.add_outputs(_tensors(output))
+            recorder.add_outputs(tensors_in(output))
             return recorder.architecture()
     finally:
         release_stubs()
@@ -185,17 +186,6 @@ def trace(model: nn.Module, args: tuple, kwargs: dict | None = None, after_forwa
 # ----------------------------------------------------------------------------- helpers
 
 _no_torch_function = torch._C.DisableTorchFunction  # no torch-function mode or subclass handling inside
-
-
-def _tensors(obj: Any) -> list[torch.Tensor]:
-    """Tensors in ``obj``, flattened depth-first through tuples, lists and dict values."""
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (tuple, list)):
-        return [t for item in obj for t in _tensors(item)]
-    if isinstance(obj, dict):
-        return [t for item in obj.values() for t in _tensors(item)]
-    return []
 
 
 def _shape(tensor: torch.Tensor) -> list[int]:
@@ -422,8 +412,8 @@ class _Recorder:
         op, inplace = op_name(func)
         if op is None:
             return
-        inputs = _tensors((args, kwargs))
-        outputs = inputs[:1] if op == "setitem" else _tensors(result)
+        inputs = tensors_in((args, kwargs))
+        outputs = inputs[:1] if op == "setitem" else tensors_in(result)
         sources = self.sources(inputs)
         if not outputs or not sources:
             return
@@ -518,7 +508,7 @@ class _RecordingMode(TorchFunctionMode):
         if recorder.busy:
             return result
         if recorder.inside_leaf():
-            recorder.own_grad_fns(_tensors(result), recorder.leaf_node_id())
+            recorder.own_grad_fns(tensors_in(result), recorder.leaf_node_id())
         else:
             recorder.add_function(func, args, kwargs, result)
         return result
@@ -539,7 +529,7 @@ def _hooks(modules: list[nn.Module], recorder: _Recorder) -> Iterator[None]:
         try:
             with _no_torch_function():
                 # most calls: one tensor, no keyword arguments
-                inputs = [args[0]] if not kwargs and len(args) == 1 and type(args[0]) is torch.Tensor else _tensors((args, kwargs))
+                inputs = [args[0]] if not kwargs and len(args) == 1 and type(args[0]) is torch.Tensor else tensors_in((args, kwargs))
                 recorder.enter_module(module, inputs)
         finally:
             recorder.busy = False
@@ -551,7 +541,7 @@ def _hooks(modules: list[nn.Module], recorder: _Recorder) -> Iterator[None]:
         recorder.busy = True
         try:
             with _no_torch_function():
-                recorder.exit_module(_tensors(output), inputs)
+                recorder.exit_module(tensors_in(output), inputs)
         finally:
             recorder.busy = False
 

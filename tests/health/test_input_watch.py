@@ -1,0 +1,153 @@
+"""Issue 16's bar 1 on an accelerator: a NaN the batch brought between two health steps is named at its
+step and in the layer it entered, as on a CPU (where the forward is run again), although the sentinel's
+flags are read only at the next write. Each test runs on a GPU (``cuda``) and on the CPU with the device
+path forced, the code an accelerator runs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from xray_tb import Xray
+from xray_tb.health import HealthOptions
+from xray_tb.health.findings import NonFinite
+
+from tests.helpers.devices import device  # noqa: F401 (the fixture)
+from tests.helpers.host_reads import host_reads
+from tests.models import ConvNet
+
+
+class TwoInputs(nn.Module):
+    """An image branch and a table branch, joined: a NaN in the table enters at ``table``."""
+
+    def __init__(self):
+        super().__init__()
+        self.image = nn.Linear(12, 16)
+        self.table = nn.Linear(5, 16)
+        self.head = nn.Linear(32, 3)
+
+    def forward(self, image, table):
+        return self.head(torch.cat([torch.relu(self.image(image)), torch.relu(self.table(table))], dim=1))
+
+
+def _batch(generator: torch.Generator, device: torch.device, step: int, plant: int):
+    x, y = torch.randn(16, 1, 6, 6, generator=generator), torch.randint(0, 3, (16,), generator=generator)
+    if step == plant:
+        x[3, 0, 2, 2] = math.nan
+    return x.to(device), y.to(device)
+
+
+@pytest.mark.parametrize("pace", ["default", "every_iteration"])
+@pytest.mark.parametrize("counted", ["calls", "optimizer"])
+def test_a_nan_in_the_batch_between_captures_is_named_where_it_entered_without_a_host_read(tmp_path, device, pace, counted):
+    """At step 37 (captures every 10 steps) the batch holds a NaN: every gradient is NaN, and the answer is
+    the first layer (``conv``'s output) with the data named in the finding, at the default pace and when
+    every iteration is measured. Between captures neither the forward (where the batch is checked) nor
+    take_graphs() and the optimizer step read anything back."""
+    torch.manual_seed(0)
+    model = ConvNet().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    generator = torch.Generator().manual_seed(3)
+    options = {"health": HealthOptions(every=1)} if pace == "every_iteration" else {}
+    counting = {"optimizer": optimizer} if counted == "optimizer" else {}
+    reads = {}
+    with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=10, **options, **counting) as xray:
+        for step in range(45):
+            x, y = _batch(generator, device, step, plant=37)
+            with host_reads(device) as found:
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                captured = xray.take_graphs()
+                optimizer.step()
+            reads[step] = (captured, found)
+        assert {step: found for step, (captured, found) in reads.items() if captured is None and found and step > 0} == {}
+        assert xray.first_nonfinite == NonFinite(step=37, layer="conv", kind="output")
+        [finding] = [f for f in xray.findings() if f.rule == "nonfinite"]
+        assert (finding.layer, finding.step) == ("conv", 37)
+        assert "the batch of that step held NaN or Inf values" in finding.message
+
+
+def test_a_nan_in_the_second_input_names_the_layer_that_takes_it(tmp_path, device):
+    torch.manual_seed(0)
+    model = TwoInputs().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    generator = torch.Generator().manual_seed(4)
+    example = (torch.randn(2, 12, device=device), torch.randn(2, 5, device=device))
+    with Xray(model, example, logdir=str(tmp_path), every=10) as xray:
+        for step in range(25):
+            image, table, y = torch.randn(8, 12, generator=generator), torch.randn(8, 5, generator=generator), torch.randint(0, 3, (8,), generator=generator)
+            if step == 14:
+                table[2, 1] = math.inf
+            optimizer.zero_grad()
+            F.cross_entropy(model(image.to(device), table.to(device)), y.to(device)).backward()
+            xray.take_graphs()
+            optimizer.step()
+        assert xray.first_nonfinite == NonFinite(step=14, layer="table", kind="output")
+
+
+def test_a_nan_the_model_masks_makes_no_find_and_a_later_weight_is_still_named(tmp_path, device):
+    """An input flag never makes a find alone: a batch whose NaN the model replaces (``nan_to_num``) leaves
+    every weight and gradient finite; the NaN written into ``fc1``'s weight later is the first found."""
+
+    class Masking(ConvNet):
+        def forward(self, x):
+            return super().forward(torch.nan_to_num(x))
+
+    torch.manual_seed(0)
+    model = Masking().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    generator = torch.Generator().manual_seed(5)
+    with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=10) as xray:
+        for step in range(35):
+            x, y = _batch(generator, device, step, plant=12)
+            if step == 23:
+                with torch.no_grad():
+                    model.fc1.weight[3, 5] = math.nan
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            xray.take_graphs()
+            optimizer.step()
+        assert xray.first_nonfinite == NonFinite(step=23, layer="fc1", kind="weight")
+        [finding] = [f for f in xray.findings() if f.rule == "nonfinite"]
+        assert "the batch" not in finding.message
+
+
+def test_the_readme_loop_numbered_from_100_files_the_batch_at_its_step(tmp_path, device):
+    """take_graphs(step) every 10 steps, the first at 105, the NaN batch at 102: the iterations counted
+    before the first call are filed again under the steps it names, the batch's origin with them."""
+    torch.manual_seed(0)
+    model = ConvNet().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    generator = torch.Generator().manual_seed(6)
+    with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path)) as xray:
+        for step in range(100, 130):
+            x, y = _batch(generator, device, step, plant=102)
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            if step % 10 == 5:
+                xray.take_graphs(step)
+            optimizer.step()
+        assert xray.first_nonfinite == NonFinite(step=102, layer="conv", kind="output")
+
+
+def test_the_watch_leaves_the_model_as_it_was_and_its_hook_goes_at_close(tmp_path, device):
+    torch.manual_seed(0)
+    model = ConvNet().to(device)
+    hooks_before = len(model._forward_pre_hooks)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    generator = torch.Generator().manual_seed(7)
+    xray = Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=10)
+    assert len(model._forward_pre_hooks) > hooks_before
+    for step in range(12):
+        x, y = _batch(generator, device, step, plant=-1)
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        xray.take_graphs()
+        optimizer.step()
+    xray.close()
+    assert len(model._forward_pre_hooks) == hooks_before
+    assert xray.first_nonfinite is None
