@@ -82,7 +82,8 @@ class ActivationStatistic(Statistic):
         raise NotImplementedError
 
     def vectors(self) -> dict[str, list[torch.Tensor]]:
-        """Per-unit vectors of the last :meth:`compute` to store whole, ``{stat: [one per layer]}``."""
+        """Per-unit vectors of the last :meth:`compute` to store whole, ``{stat: [one per layer]}``, asked for
+        once per health step (a family may hand them over and keep none until its next :meth:`compute`)."""
         return {}
 
     # Under torch.distributed (see :mod:`xray_tb.distributed`), a family that combines every rank's batch

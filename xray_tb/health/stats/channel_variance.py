@@ -128,4 +128,5 @@ class ChannelVariance(ActivationStatistic):
         return {"channel_var": means}
 
     def vectors(self) -> dict[str, list[torch.Tensor]]:
-        return {"channel_var": list(self._last)}
+        last, self._last = self._last, [None] * len(self.layers)  # handed over: nothing held between health steps
+        return {"channel_var": last}

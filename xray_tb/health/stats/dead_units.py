@@ -80,7 +80,8 @@ class DeadUnits(ActivationStatistic):
         return {"dead_fraction": fractions}
 
     def vectors(self) -> dict[str, list[Optional[torch.Tensor]]]:
-        return {"dead": list(self._last)}
+        last, self._last = self._last, [None] * len(self.layers)  # handed over: nothing held between health steps
+        return {"dead": last}
 
     def dead(self, threshold: Optional[float] = None) -> dict[str, list[int]]:
         """``{layer: sorted dead unit indices}`` for layers with at least one dead unit (one host sync)."""
