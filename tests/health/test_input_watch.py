@@ -14,7 +14,9 @@ from torch.nn import functional as F
 
 from xray_tb import Xray
 from xray_tb.health import HealthOptions
+from xray_tb.health.device_finds import DeviceFinds
 from xray_tb.health.findings import NonFinite
+from xray_tb.health.input_watch import InputWatch
 
 from tests.helpers.devices import device  # noqa: F401 (the fixture)
 from tests.helpers.host_reads import host_reads
@@ -151,3 +153,39 @@ def test_the_watch_leaves_the_model_as_it_was_and_its_hook_goes_at_close(tmp_pat
     xray.close()
     assert len(model._forward_pre_hooks) == hooks_before
     assert xray.first_nonfinite is None
+
+
+def test_a_watchs_flags_go_to_the_checks_of_one_step_only():
+    """The flags of the forwards since the last check go to that step's checks (a second optimizer's too),
+    OR-ed over accumulated forwards; a later check with no forward since gets none; validation
+    forwards are not watched; the hook goes at remove()."""
+    model = nn.Linear(3, 2)
+    watch = InputWatch(model, torch.device("cpu"), [""])
+    model(torch.tensor([[math.nan, 0.0, 0.0]]))
+    assert watch.flags(5)[1].tolist() == [True]
+    assert watch.flags(5)[1].tolist() == [True]
+    assert watch.flags(6) is None
+    model(torch.zeros(1, 3))
+    model(torch.tensor([[0.0, math.inf, 0.0]]))
+    assert watch.flags(7)[1].tolist() == [True]
+    model(torch.zeros(1, 3))
+    assert watch.flags(8)[1].tolist() == [False]
+    with torch.no_grad():
+        model(torch.full((1, 3), math.nan))
+    assert watch.flags(9) is None
+    watch.remove()
+    assert not model._forward_pre_hooks
+
+
+def test_checks_without_input_flags_keep_the_first_find_on_the_device_unread():
+    """A check that brings no input flags (no forward of the root since the last one) changes no layout:
+    nothing is read back, and the first find keeps its batch's flags."""
+    finds = DeviceFinds()
+    clean, flagged = torch.zeros(3, dtype=torch.bool), torch.tensor([False, True, False])
+    with host_reads(torch.device("cpu")) as found:
+        finds.merge(1, clean, [0, 1, 2], 3, ((0,), torch.tensor([False])))
+        finds.merge(2, clean, [0, 1, 2], 3, None)
+        finds.merge(3, flagged, [0, 1, 2], 3, ((0,), torch.tensor([True])))
+        finds.merge(4, flagged, [0, 1, 2], 3, None)
+    assert found == []
+    assert finds.read() == (3, [False, True, False], ((0,), [True]))

@@ -16,7 +16,7 @@ import torch
 
 #: ``(positions of the checked tensors, count of all)`` and the inputs' positions (None: none watched).
 Layout = tuple[tuple[list[int], int], Optional[tuple[int, ...]]]
-#: A forward's floating inputs: their positions among its tensors (None: they changed within the
+#: A forward's floating inputs: their positions among its tensors (``()``: they changed within the
 #: iteration, one flag for all) and one flag each, on the device.
 InputFlags = tuple[Optional[tuple[int, ...]], torch.Tensor]
 
@@ -32,9 +32,10 @@ class DeviceFinds:
               inputs: Optional[InputFlags] = None) -> Optional[tuple[int, list[bool], Optional[tuple]]]:
         """Keep ``flags`` (and ``inputs``' flags) if they are the first with a flag. A layout other than the
         kept one's reads what was kept first (one sync), returned as :meth:`read` returns it; else None."""
-        layout = ((positions, count), None if inputs is None else inputs[0])
-        earlier = None
+        kept_inputs = None if self._layout is None else self._layout[1]
+        layout = ((positions, count), kept_inputs if inputs is None else inputs[0])  # no flags this time: none set
         if self._state is None or self._layout != layout:
+            layout = ((positions, count), None if inputs is None else inputs[0])
             earlier = self.read()  # what an earlier layout found stays found
             if earlier is not None:
                 return earlier
@@ -46,7 +47,7 @@ class DeviceFinds:
         seen, first_step, first_flags, first_inputs = self._state
         new = flags.any() & ~seen  # the flags stay all False until the first iteration with one
         first_flags.logical_or_(flags & new)
-        if first_inputs is not None:
+        if first_inputs is not None and inputs is not None:
             first_inputs.logical_or_(inputs[1] & new)
         first_step.masked_fill_(new, int(step))
         seen.logical_or_(new)

@@ -68,6 +68,7 @@ class InputWatch:
         self._order = order
         self._flags: Optional[InputFlags] = None  # this iteration's: positions and a flag each
         self._fresh = True  # a check ran since: the next forward starts the iteration's flags afresh
+        self._checked: Optional[int] = None  # the step of the check that took the flags
         self._thread = TrainingThread()
         #: The traced graph, asked for at a find (the recording rebuilds it on demand); None: the first layer.
         self.graph_of: Optional[Callable[[], Graph]] = None
@@ -90,26 +91,30 @@ class InputWatch:
             flags = torch.isfinite(reductions.stacked_norms(watched, math.inf)).logical_not_()
         key = tuple(positions)
         if self._fresh or self._flags is None:
-            self._flags, self._fresh = (key, flags), False
+            self._flags, self._fresh, self._checked = (key, flags), False, None
         elif self._flags[0] == key:
             self._flags = (key, self._flags[1] | flags)  # not in place: a check may still hold the earlier flags
         else:  # inputs of another layout within one iteration: one flag for all
-            self._flags = (None, (self._flags[1].any() | flags.any()).view(1))
+            self._flags = ((), (self._flags[1].any() | flags.any()).view(1))
 
-    def flags(self) -> Optional[InputFlags]:
-        """The flags of the forwards since the last check, for this check (None: none watched). The next
-        forward starts afresh; a second check of the same iteration (another optimizer's) gets them too."""
+    def flags(self, step: int) -> Optional[InputFlags]:
+        """The flags of the forwards since the last check, for the check of ``step`` (None: none watched,
+        or no forward since the check of an earlier step). The next forward starts afresh; a second
+        check of the same step (another optimizer's) gets them too."""
         self._fresh = True
-        return self._flags if self._flags is not None and self._thread.is_owner() else None
+        if self._flags is None or not self._thread.is_owner() or self._checked not in (None, step):
+            return None
+        self._checked = step
+        return self._flags
 
-    def origin(self, positions: Optional[tuple[int, ...]], flagged: list[bool]) -> Optional[str]:
+    def origin(self, positions: tuple[int, ...], flagged: list[bool]) -> Optional[str]:
         """The first layer, in dataflow order, that a flagged input reaches (``positions``: the inputs'
-        positions among the forward's tensors; None: any input)."""
+        positions among the forward's tensors; ``()``: any input)."""
         rank = {name: index for index, name in enumerate(self._order)}
         graph = self.graph_of() if self.graph_of is not None else None
         if graph is None:
             return self._order[0] if self._order else None
-        inputs = graph.inputs if positions is None else [
+        inputs = graph.inputs if not positions else [
             graph.inputs[p] for p, flag in zip(positions, flagged) if flag and p < len(graph.inputs)]
         reached = set().union(*(graph.layers_reached(node) for node in inputs)) if inputs else set()
         return min((name for name in reached if name in rank), key=rank.__getitem__, default=None)

@@ -122,7 +122,7 @@ class HealthMonitor:
         if weights and self._shards is not None:  # each rank reduces its own shards; a measured row is combined
             weights, grads = self._shards.local(weights), self._shards.local(grads)
         if weights and not self._sentinel.done:  # none: no layer holds a parameter, nothing per iteration
-            self._sentinel.check(step, weights, grads, self._biases, None if self.inputs is None else self.inputs.flags())
+            self._sentinel.check(step, weights, grads, self._biases, None if self.inputs is None else self.inputs.flags(step))
         elif self.inputs is not None and self._sentinel.done:  # only the first non-finite value is reported
             self.inputs.remove()
         # On a CPU a find is known at once: that iteration's statistics show the NaN too. Not with sharded
@@ -150,7 +150,7 @@ class HealthMonitor:
         before an optimizer other than the one that counts the iterations applies its gradients)."""
         if self._weights and not self._sentinel.done and self._shards is None:
             self._sentinel.check(step, self._weights, [weight.grad for weight in self._weights], self._biases,
-                                 None if self.inputs is None else self.inputs.flags())
+                                 None if self.inputs is None else self.inputs.flags(step))
             if self._sentinel.found_at == step and self._group is None and self.origin is not None:
                 if self.origin.at_find(step, self._taken == step):  # before that optimizer moves the weights
                     self._taken = step
