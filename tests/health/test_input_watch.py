@@ -189,3 +189,20 @@ def test_checks_without_input_flags_keep_the_first_find_on_the_device_unread():
         finds.merge(4, flagged, [0, 1, 2], 3, None)
     assert found == []
     assert finds.read() == (3, [False, True, False], ((0,), [True]))
+
+
+def test_a_nan_in_a_batch_under_autocast_is_named_where_it_entered(tmp_path, device):
+    torch.manual_seed(0)
+    model = ConvNet().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    generator = torch.Generator().manual_seed(8)
+    with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=10) as xray:
+        for step in range(25):
+            x, y = _batch(generator, device, step, plant=16)
+            optimizer.zero_grad()
+            with torch.autocast(device.type, dtype=torch.bfloat16):
+                logits = model(x)
+            F.cross_entropy(logits.float(), y).backward()
+            xray.take_graphs()
+            optimizer.step()
+        assert xray.first_nonfinite == NonFinite(step=16, layer="conv", kind="output")

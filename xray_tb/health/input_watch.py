@@ -85,10 +85,11 @@ class InputWatch:
                 positions.append(position)
         if not watched:
             return
-        if len(watched) == 1:  # the common case: one launch for the norm (NaN propagates, nothing overflows)
-            flags = torch.isfinite(torch.linalg.vector_norm(watched[0], math.inf).view(1)).logical_not_()
+        if torch.is_autocast_enabled(self._device.type):  # a norm autocast would run on a float32 copy of the batch
+            with torch.autocast(self._device.type, enabled=False):
+                flags = _flags(watched)
         else:
-            flags = torch.isfinite(reductions.stacked_norms(watched, math.inf)).logical_not_()
+            flags = _flags(watched)
         key = tuple(positions)
         if self._fresh or self._flags is None:
             self._flags, self._fresh, self._checked = (key, flags), False, None
@@ -123,6 +124,14 @@ class InputWatch:
         """Remove the forward hook; idempotent."""
         self._hooks.remove()
         self._flags = None
+
+
+def _flags(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """One flag per tensor, on the first one's device: whether it holds a NaN or an infinity (its
+    inf-norm: NaN propagates, nothing overflows; one launch for one tensor)."""
+    if len(tensors) == 1:
+        return torch.isfinite(torch.linalg.vector_norm(tensors[0], math.inf).view(1)).logical_not_()
+    return torch.isfinite(reductions.stacked_norms(tensors, math.inf)).logical_not_()
 
 
 def _distinct(tensors: list[torch.Tensor], seen: set) -> list[torch.Tensor]:
