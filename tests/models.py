@@ -390,16 +390,3 @@ class ResNet50(nn.Module):
     @staticmethod
     def example_input() -> torch.Tensor:
         return torch.randn(1, 3, 224, 224)
-
-
-class ConvNet(nn.Module):
-    """A conv, then two linear layers, on 1x6x6 images (the CUDA tests' model)."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(1, 8, 3, padding=1)
-        self.fc1 = nn.Linear(8 * 36, 64)
-        self.fc2 = nn.Linear(64, 3)
-
-    def forward(self, x):
-        return self.fc2(torch.relu(self.fc1(torch.relu(self.conv(x)).flatten(1))))

@@ -22,9 +22,8 @@ from xray_tb.health import HealthOptions
 from xray_tb.health.findings import NonFinite
 
 from tests.health.helpers import scalars, values_by_tag
-from tests.helpers.devices import device  # noqa: F401 (the fixture)
+from tests.helpers.devices import ConvNet, device  # noqa: F401 (device: the fixture)
 from tests.helpers.host_reads import host_reads
-from tests.models import ConvNet
 
 
 

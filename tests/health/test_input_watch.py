@@ -18,9 +18,8 @@ from xray_tb.health.device_finds import DeviceFinds
 from xray_tb.health.findings import NonFinite
 from xray_tb.health.input_watch import InputWatch
 
-from tests.helpers.devices import device  # noqa: F401 (the fixture)
+from tests.helpers.devices import ConvNet, device  # noqa: F401 (device: the fixture)
 from tests.helpers.host_reads import host_reads
-from tests.models import ConvNet
 
 
 class TwoInputs(nn.Module):

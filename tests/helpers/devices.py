@@ -1,9 +1,10 @@
-"""The ``device`` fixture of the CUDA tests: a GPU, or the CPU with the device path forced."""
+"""The CUDA tests' ``device`` fixture (a GPU, or the CPU with the device path forced) and their model."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
 from xray_tb.devices import device_path_on_cpu
 
@@ -17,3 +18,16 @@ def device(request):
         return
     with device_path_on_cpu():
         yield torch.device("cpu")
+
+
+class ConvNet(nn.Module):
+    """A conv, then two linear layers, on 1x6x6 images (the CUDA tests' model)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 8, 3, padding=1)
+        self.fc1 = nn.Linear(8 * 36, 64)
+        self.fc2 = nn.Linear(64, 3)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(torch.relu(self.conv(x)).flatten(1))))
