@@ -56,8 +56,9 @@ class DeadUnits(ActivationStatistic):
         return self._fractions()
 
     def _add_rows(self, values: list[ActivationValue]) -> list[torch.Tensor]:
-        """Add each seen activation's unit maxima to its ring; the rows written, in layer order."""
-        added = []
+        """Add each seen activation's unit maxima to its ring; the rows written, in layer order. On a CPU
+        the rows are rounded to bfloat16 together (a few numpy calls for every layer at once)."""
+        added, host_rows, host_maxima = [], [], []
         for i, value in enumerate(values):
             ring = self._rings[i]
             tensor = value.activation
@@ -67,16 +68,42 @@ class DeadUnits(ActivationStatistic):
                 if ring is None or ring.units != units or ring.rows.device != tensor.device:
                     ring = self._rings[i] = _Ring(self._window, units, tensor.device)
                 maxima = value.reductions.unit_maxima(tensor, dim) if value.reductions is not None else None
-                added.append(ring.add(tensor, [d for d in range(tensor.dim()) if d != dim], maxima))
+                if maxima is None:
+                    others = [d for d in range(tensor.dim()) if d != dim]
+                    maxima = tensor.amax(dim=others) if others else tensor
+                slot = ring.next_slot()
+                if ring.bits is not None:
+                    host_rows.append(ring.bits[slot])
+                    host_maxima.append(maxima.float())
+                else:
+                    _write_rounded_up(ring.rows[slot], maxima.float())
+                added.append(ring.rows[slot])
+        if host_rows:
+            _write_rows_rounded_up(host_rows, host_maxima)
         self._added = added
         return added
 
     def _fractions(self) -> dict[str, list[torch.Tensor]]:
-        fractions = []
+        """Each layer's dead share, and its dead mask kept for :meth:`vectors`; on a CPU for every layer at
+        once (one pass over the rings' rows, whose unwritten rows hold -inf)."""
+        fractions: list = [None] * len(self._rings)
+        host = [i for i, ring in enumerate(self._rings) if ring is not None and ring.bits is not None]
+        if host:
+            bits = np.concatenate([self._rings[i].bits for i in host], axis=1) if len(host) > 1 else self._rings[host[0]].bits
+            with np.errstate(invalid="ignore"):  # a NaN maximum: alive, as torch compares
+                dead = (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32).max(axis=0) <= np.float32(self.threshold)
+            units = np.asarray([self._rings[i].units for i in host])
+            starts = np.concatenate(([0], np.cumsum(units)[:-1]))
+            shares = torch.from_numpy(np.add.reduceat(dead, starts).astype(np.float32) / units.astype(np.float32))
+            for i, start, count, share in zip(host, starts.tolist(), units.tolist(), shares.unbind()):
+                self._last[i] = torch.from_numpy(dead[start:start + count])
+                fractions[i] = share
         for i, ring in enumerate(self._rings):
-            mask = None if ring is None else ring.maxima().float() <= self.threshold
-            self._last[i] = mask
-            fractions.append(None if mask is None else torch.mean(mask, dtype=torch.float32))
+            if ring is None:
+                self._last[i] = None
+            elif ring.bits is None:
+                mask = self._last[i] = ring.maxima().float() <= self.threshold
+                fractions[i] = torch.mean(mask, dtype=torch.float32)
         return {"dead_fraction": fractions}
 
     def vectors(self) -> dict[str, list[Optional[torch.Tensor]]]:
@@ -113,22 +140,21 @@ def finite_threshold(threshold) -> float:
 
 class _Ring:
     """The largest activation of each unit at each of the last ``window`` health steps (bfloat16 rounded
-    up, on the activation's device): one row written in place per health step."""
+    up, on the activation's device): one row written in place per health step. Rows not written yet
+    hold -inf, which no maximum over the window takes."""
 
     def __init__(self, window: int, units: int, device: torch.device):
         self.units = units
-        self.rows = torch.empty((window, units), dtype=torch.bfloat16, device=device)
+        self.rows = torch.full((window, units), -math.inf, dtype=torch.bfloat16, device=device)
+        #: On a CPU, the rows' bits as numpy int16 (the same memory), for the batched writes and reads.
+        self.bits: Optional[np.ndarray] = self.rows.view(torch.int16).numpy() if on_host(self.rows) else None
         self._written = 0
 
-    def add(self, tensor: torch.Tensor, others: list[int], maxima: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Write the next row (the unit maxima of ``tensor`` over ``others``, or ``maxima`` when they
-        were computed already) and return it."""
-        row = self.rows[self._written % len(self.rows)]
-        if maxima is None:
-            maxima = tensor.amax(dim=others) if others else tensor
-        _write_rounded_up(row, maxima.float())
+    def next_slot(self) -> int:
+        """The index of the row the next health step writes (the oldest once the window is full)."""
+        slot = self._written % len(self.rows)
         self._written += 1
-        return row
+        return slot
 
     def maxima(self) -> torch.Tensor:
         """Each unit's largest activation over the window (the health steps seen so far until it fills)."""
@@ -138,18 +164,33 @@ class _Ring:
 
 def _write_rounded_up(row: torch.Tensor, values: torch.Tensor) -> None:
     """Write float32 ``values`` into the bfloat16 ``row``, each rounded up to the nearest bfloat16 at
-    or above it (NaN stays NaN). On a CPU through numpy on the bits (a bfloat16 is the upper half of a
-    float32: positive values with lower bits set go one up, the others are cut); else with torch ops."""
+    or above it (NaN stays NaN). On a CPU through numpy on the bits (:func:`_bits_rounded_up`); else
+    with torch ops."""
     values = values.to(row.device)  # the maxima gathered over ranks may sit elsewhere
     if on_host(row):
-        floats = values.contiguous().numpy()
-        bits = floats.view(np.uint32)
-        upper = (bits >> 16).astype(np.uint16)
-        upper += ((bits & 0xFFFF) != 0) & (bits < 0x7F800000)  # positive, finite and not exact in bfloat16
-        upper[np.isnan(floats)] = 0x7FC0  # a NaN whose payload sat in the lower half would be cut to an infinity
-        row.view(torch.int16).numpy()[:] = upper.view(np.int16)
+        row.view(torch.int16).numpy()[:] = _bits_rounded_up(values.contiguous().numpy())
         return
     row.copy_(rounded_up(values))
+
+
+def _write_rows_rounded_up(rows: list[np.ndarray], values: list[torch.Tensor]) -> None:
+    """:func:`_write_rounded_up` into CPU rows (their int16 bits, :attr:`_Ring.bits`), the values of every
+    row rounded in one pass."""
+    upper = _bits_rounded_up(np.concatenate([v.contiguous().numpy() for v in values]) if len(values) > 1 else values[0].contiguous().numpy())
+    start = 0
+    for row in rows:
+        row[:] = upper[start:start + len(row)]
+        start += len(row)
+
+
+def _bits_rounded_up(floats: np.ndarray) -> np.ndarray:
+    """The int16 bits of float32 ``floats`` each rounded up to bfloat16 (a bfloat16 is the upper half of
+    a float32: positive values with lower bits set go one up, the others are cut; NaN stays NaN)."""
+    bits = floats.view(np.uint32)
+    upper = (bits >> 16).astype(np.uint16)
+    upper += ((bits & 0xFFFF) != 0) & (bits < 0x7F800000)  # positive, finite and not exact in bfloat16
+    upper[np.isnan(floats)] = 0x7FC0  # a NaN whose payload sat in the lower half would be cut to an infinity
+    return upper.view(np.int16)
 
 
 def rounded_up(values: torch.Tensor) -> torch.Tensor:
