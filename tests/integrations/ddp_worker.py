@@ -18,6 +18,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from xray_tb import Xray
+from xray_tb.devices import device_path_on_cpu
 from xray_tb.distributed import DistributedMismatch, Group
 from xray_tb.health import HealthOptions
 
@@ -214,6 +215,24 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
                 xray.take_graphs()
             found = xray.first_nonfinite
             result["nonfinite"] = None if found is None else [found.step, found.layer, found.kind]
+        elif case == "late_device":  # the device path (an accelerator's): rank 1's batch holds a NaN at step 13
+            with device_path_on_cpu():
+                ddp = DistributedDataParallel(mlp())
+                optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+                x, y = (part[rank::WORLD] for part in full_batch())
+                xray = Xray(ddp, x, logdir=logdir, every=10)
+                for step in range(25):
+                    batch = x.clone()
+                    if step == 13 and rank == 1:
+                        batch[0, 0] = float("nan")
+                    optimizer.zero_grad()
+                    nn.MSELoss()(ddp(batch), y).backward()
+                    xray.take_graphs()
+                    optimizer.step()
+                xray.close()
+            found = xray.first_nonfinite
+            result["nonfinite"] = None if found is None else [found.step, found.layer, found.kind]
+            result["messages"] = [f.message for f in xray.findings() if f.rule == "nonfinite"]
         elif case == "late":  # rank 1's batch holds a NaN at step 3, after the last measured iteration (0 and 1)
             ddp = DistributedDataParallel(mlp())
             x, y = (part[rank::WORLD] for part in full_batch())

@@ -103,6 +103,17 @@ def test_a_nan_after_the_last_measured_iteration_is_reported_once_at_close_as_in
     assert [xray.first_nonfinite.step, xray.first_nonfinite.layer, xray.first_nonfinite.kind] == [3, "0", "output"]
 
 
+def test_on_the_device_path_a_nan_in_rank_ones_batch_is_named_where_it_entered_by_both_ranks(tmp_path):
+    # The accelerator's path, forced on the CPU: the sentinel's finds stay on the device, and no forward is
+    # run again. Rank 1's batch at step 13 (between captures) holds the NaN: each rank flags its own batch,
+    # the health step at 20 combines the flags with the activation statistics (no collective more), and
+    # both ranks name where it entered, rank 0 whose own batch was finite included.
+    results = run_ranks("late_device", tmp_path)
+    assert [result["nonfinite"] for result in results] == [[13, "0", "output"]] * 2
+    assert all("the batch of that step held NaN or Inf values" in result["messages"][0] for result in results)
+    assert [finding.rule for finding in reading.findings(str(tmp_path))].count("nonfinite") == 1
+
+
 def train_one_process(logdir: Path) -> None:
     """The workers' model trained 3 steps in this process on the whole batch, health measured every iteration."""
     model = ddp_worker.mlp()

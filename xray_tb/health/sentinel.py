@@ -58,7 +58,8 @@ class NonFiniteSentinel:
         self.bias_layers = bias_layers or []  # the layer of each bias
         self.done = False  # a first non-finite iteration was found (or its search is over)
         self._found: Optional[tuple[int, list[bool]]] = None  # (step, flags), weights then grads
-        self._device = DeviceFinds()  # on an accelerator: the first find, kept on the device
+        #: On an accelerator: the first find, kept on the device (under DDP its input flag is combined at health steps).
+        self.device_finds = DeviceFinds()
         #: ``{step: (positions, flags)}``: the floating inputs of a step with a find on an accelerator, where
         #: one held a NaN or an infinity (:mod:`xray_tb.health.input_watch`).
         self.input_finds: dict[int, tuple] = {}
@@ -229,11 +230,11 @@ class NonFiniteSentinel:
 
     def _merge(self, step: int, flags: torch.Tensor, positions: list[int], count: int, inputs: Optional[InputFlags] = None) -> None:
         """Keep ``flags`` (on the device) if they are the first with a flag."""
-        if not self.done and (earlier := self._device.merge(step, flags, positions, count, inputs)) is not None:
+        if not self.done and (earlier := self.device_finds.merge(step, flags, positions, count, inputs)) is not None:
             self._take_device_find(earlier)
 
     def _read_device(self) -> None:
-        if not self.done and (found := self._device.read()) is not None:
+        if not self.done and (found := self.device_finds.read()) is not None:
             self._take_device_find(found)
 
     def _take_device_find(self, found: tuple) -> None:
@@ -301,7 +302,7 @@ class NonFiniteSentinel:
         if self._found is not None and self._agreed is None:
             self._found = (self._found[0] + delta, self._found[1])
         self.overflows.shift(delta)
-        self._device.shift(delta)
+        self.device_finds.shift(delta)
         self.input_finds = {step + delta: found for step, found in self.input_finds.items()}
 
     def local_find(self) -> Optional[tuple[int, list[bool]]]:
