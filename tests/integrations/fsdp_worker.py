@@ -22,6 +22,7 @@ from torch.distributed.tensor.debug import CommDebugMode
 from tests.integrations.ddp_worker import WORLD, full_batch
 from xray_tb import Xray
 from xray_tb.capture.selectors import RandomFilters, TopVariance
+from xray_tb.devices import device_path_on_cpu
 from xray_tb.distributed import DistributedMismatch
 from xray_tb.health import HealthOptions
 
@@ -114,6 +115,8 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
         torch.cuda.set_device(rank)
     dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=30))
     result: dict = {"rank": rank, "steps": []}
+    if case in ("batch_device", "batch_device_late"):
+        return batch_on_the_device_path(rank, logdir, result, 13 if case == "batch_device" else 23)
     x, y = (part[rank::world].to(device) for part in full_batch())
     outputs = OUTPUTS.get(case, 3)
     y = targets(y, outputs)
@@ -163,6 +166,29 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
             result["nonfinite"] = _where(xray.first_nonfinite)
             result["prune"] = [[entry.layer, entry.parameters, entry.reason] for entry in xray.prune()]  # a dry run
             xray.close()
+    _finish(result, caught, logdir, rank)
+
+
+def batch_on_the_device_path(rank: int, logdir: str, result: dict, planted: int) -> None:
+    """The accelerator's path, forced on the CPU: rank 1's batch holds a NaN at step ``planted`` (captures
+    every 10, the last at 20)."""
+    x, y = (part[rank::WORLD] for part in full_batch())
+    y = targets(y)
+    with warnings.catch_warnings(record=True) as caught, device_path_on_cpu():
+        warnings.simplefilter("always")
+        model = shard(mlp())
+        xray = Xray(model, x, logdir=logdir, every=10)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(25):
+            batch = x.clone()
+            if step == planted and rank == 1:
+                batch[0, 0] = float("nan")
+            optimizer.zero_grad()
+            nn.MSELoss()(model(batch), y).backward()
+            xray.take_graphs()
+            optimizer.step()
+        xray.close()
+        result["nonfinite"] = _where(xray.first_nonfinite)
     _finish(result, caught, logdir, rank)
 
 

@@ -224,6 +224,15 @@ def test_a_nan_after_the_last_measured_iteration_is_agreed_at_close_and_reported
     assert nonfinite_findings(tmp_path) == [(found[0], found[1])]
 
 
+@pytest.mark.parametrize("case, step", [("batch_device", 13), ("batch_device_late", 23)])
+def test_on_the_device_path_a_nan_in_rank_ones_batch_is_named_where_it_entered_by_both_ranks(tmp_path, case, step):
+    # The accelerator's path, forced on the CPU: each rank flags its own batch on the device; whether the
+    # first find's batch held the NaN on any rank is combined at the next health step (20), or, after
+    # the last one (23), with the ranks' agreement on the find at close.
+    results = run_ranks(case, tmp_path)
+    assert [result["nonfinite"] for result in results] == [[step, "0", "output"]] * 2
+
+
 def test_a_rank_that_never_closes_leaves_the_other_to_close_after_the_timeout(tmp_path):
     rank0, rank1 = run_ranks("never_closes", tmp_path)
     assert "close collective at step 3" in rank0["error"] and "waited more than 3 s" in rank0["error"]

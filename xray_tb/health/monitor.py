@@ -209,12 +209,12 @@ class HealthMonitor:
         """The activation statistics of ``step`` from what ``recorder`` kept (the monitor's own by default)."""
         recorder = self._recorder if recorder is None else recorder
         with torch.no_grad(), self._reductions:  # inside take_graphs(), the frames reuse what is reduced here
-            finds = self._sentinel.device_finds  # under DDP, whether any rank's batch held the first find's NaN
-            shared = {"batch": [finds.input_flag()]} if self._group is not None and self.inputs is not None else None
+            # under DDP, whether any rank's batch held the first find's NaN
+            shared = {"batch": [self._sentinel.input_flag()]} if self._group is not None and self.inputs is not None else None
             row, vectors = activation_step.measure(self.scope, recorder.latest, self._reductions, self.activation_families,
                                                    self._checks, self._group, step, self._nan, shared)
             if shared and shared["batch"][0] is not None and float(shared["batch"][0]) > 0:
-                finds.flagged_elsewhere()
+                self._sentinel.inputs_flagged_elsewhere()
             self._activation_rows.add(step, row, self._nan)
         if vectors:
             self._vectors.append((int(step), time.time(), vectors))

@@ -237,6 +237,23 @@ class NonFiniteSentinel:
         if not self.done and (found := self.device_finds.read()) is not None:
             self._take_device_find(found)
 
+    def input_flag(self):
+        """Whether the first find so far has a batch that held its NaN or Inf: a 0-d tensor on the device
+        while the find is kept there, else 1.0 or 0.0 once it was read; None before any find or check
+        (what a health step combines over the ranks, :meth:`inputs_flagged_elsewhere`)."""
+        flag = self.device_finds.input_flag()
+        if flag is None and self._found is not None:
+            return float(self._found[0] in self.input_finds)
+        return flag
+
+    def inputs_flagged_elsewhere(self) -> None:
+        """A rank's batch held the first find's NaN or Inf (the ranks' finds are one, their gradients
+        reduced together): this rank's find says so too, also where its own batch was finite."""
+        if self._found is not None:
+            self.input_finds.setdefault(self._found[0], ((), [True]))
+        else:
+            self.device_finds.flagged_elsewhere()
+
     def _take_device_find(self, found: tuple) -> None:
         step, flags, inputs = found
         self._found, self.done = (step, flags), True

@@ -16,7 +16,8 @@ The same vector carries what keeps the ranks in step:
 * the pace: rank 0's ``every`` (``HealthOptions(every="auto")`` adapts it to each rank's timing), which
   every rank adopts, so every rank measures the same iterations;
 * the non-finite sentinel's first non-finite iteration on each rank's shards: the earliest over the ranks
-  is agreed, with the flags of every rank that saw it at that step, so a NaN in any shard is found.
+  is agreed, with the flags of every rank that saw it at that step, so a NaN in any shard is found
+  (and whether a rank's batch held it, on an accelerator: :mod:`xray_tb.health.input_watch`).
 
 A non-finite value first seen after the last measured iteration is agreed at close
 (:meth:`ShardedHealth.settle`, every rank, one gather with the timeout); if that gather fails (a rank
@@ -109,18 +110,24 @@ class ShardedHealth:
         self._agree(group.gather(step, self._found(), what="close").cpu())
 
     def _found(self) -> torch.Tensor:
-        """This rank's first non-finite iteration: its step (-1: none) and flags, weights then gradients."""
-        found = self._sentinel.local_find()
-        flags = found[1] if found is not None else [False] * self._sentinel.flag_count
-        return torch.tensor([-1.0 if found is None else float(found[0]), *map(float, flags)], dtype=torch.float64)
+        """This rank's first non-finite iteration: its step (-1: none), flags (weights then gradients), and
+        whether its batch held the NaN or Inf (on an accelerator, :mod:`xray_tb.health.input_watch`)."""
+        sentinel = self._sentinel
+        found = sentinel.local_find()
+        flags = found[1] if found is not None else [False] * sentinel.flag_count
+        batch = found is not None and found[0] in sentinel.input_finds
+        return torch.tensor([-1.0 if found is None else float(found[0]), *map(float, flags), float(batch)], dtype=torch.float64)
 
     def _agree(self, found: torch.Tensor) -> None:
         """The earliest step of the ranks' :meth:`_found` rows (``ranks x values``), with the flags of every
-        rank that saw it then."""
+        rank that saw it then, and whether the batch of any of them held it."""
         steps = found[:, 0]
         if bool((steps >= 0).any()):
             first = float(steps[steps >= 0].min())
-            self._sentinel.agree(int(first), (found[steps == first, 1:] > 0).any(dim=0).tolist())
+            *flags, batch = (found[steps == first, 1:] > 0).any(dim=0).tolist()
+            self._sentinel.agree(int(first), flags)
+            if batch:
+                self._sentinel.input_finds.setdefault(int(first), ((), [True]))
 
 
 def _combine(values: torch.Tensor, present: torch.Tensor, ops: list[Optional[str]], counted: torch.Tensor,
