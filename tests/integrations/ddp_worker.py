@@ -60,6 +60,20 @@ def gated() -> nn.Module:
     return model
 
 
+def train_with_a_nan_batch(model: nn.Module, xray: Xray, x: torch.Tensor, y: torch.Tensor, rank: int, planted: int,
+                           lr: float, steps: int = 25) -> None:
+    """``steps`` SGD steps, ``take_graphs()`` after each backward; rank 1's batch holds a NaN at step ``planted``."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    for step in range(steps):
+        batch = x.clone()
+        if step == planted and rank == 1:
+            batch[0, 0] = float("nan")
+        optimizer.zero_grad()
+        nn.MSELoss()(model(batch), y).backward()
+        xray.take_graphs()
+        optimizer.step()
+
+
 def train(ddp, xray, x, y, steps: int, skip: int = -1, offset: int = 0) -> None:
     loss_fn = nn.MSELoss()
     for step in range(steps):
@@ -218,17 +232,9 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
         elif case == "late_device":  # the device path (an accelerator's): rank 1's batch holds a NaN at step 13
             with device_path_on_cpu():
                 ddp = DistributedDataParallel(mlp())
-                optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
                 x, y = (part[rank::WORLD] for part in full_batch())
                 xray = Xray(ddp, x, logdir=logdir, every=10)
-                for step in range(25):
-                    batch = x.clone()
-                    if step == 13 and rank == 1:
-                        batch[0, 0] = float("nan")
-                    optimizer.zero_grad()
-                    nn.MSELoss()(ddp(batch), y).backward()
-                    xray.take_graphs()
-                    optimizer.step()
+                train_with_a_nan_batch(ddp, xray, x, y, rank, planted=13, lr=0.01)
                 xray.close()
             found = xray.first_nonfinite
             result["nonfinite"] = None if found is None else [found.step, found.layer, found.kind]

@@ -19,7 +19,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor.debug import CommDebugMode
 
-from tests.integrations.ddp_worker import WORLD, full_batch
+from tests.integrations.ddp_worker import WORLD, full_batch, train_with_a_nan_batch
 from xray_tb import Xray
 from xray_tb.capture.selectors import RandomFilters, TopVariance
 from xray_tb.devices import device_path_on_cpu
@@ -178,15 +178,7 @@ def batch_on_the_device_path(rank: int, logdir: str, result: dict, planted: int)
         warnings.simplefilter("always")
         model = shard(mlp())
         xray = Xray(model, x, logdir=logdir, every=10)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        for step in range(25):
-            batch = x.clone()
-            if step == planted and rank == 1:
-                batch[0, 0] = float("nan")
-            optimizer.zero_grad()
-            nn.MSELoss()(model(batch), y).backward()
-            xray.take_graphs()
-            optimizer.step()
+        train_with_a_nan_batch(model, xray, x, y, rank, planted, lr=0.1)
         xray.close()
         result["nonfinite"] = _where(xray.first_nonfinite)
     _finish(result, caught, logdir, rank)

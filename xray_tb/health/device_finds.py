@@ -18,7 +18,7 @@ import torch
 Layout = tuple[tuple[list[int], int], Optional[tuple[int, ...]]]
 #: A forward's floating inputs: their positions among its tensors (``()``: they changed within the
 #: iteration, one flag for all) and one flag each, on the device.
-InputFlags = tuple[Optional[tuple[int, ...]], torch.Tensor]
+InputFlags = tuple[tuple[int, ...], torch.Tensor]
 
 
 class DeviceFinds:
@@ -33,10 +33,9 @@ class DeviceFinds:
               inputs: Optional[InputFlags] = None) -> Optional[tuple[int, list[bool], Optional[tuple]]]:
         """Keep ``flags`` (and ``inputs``' flags) if they are the first with a flag. A layout other than the
         kept one's reads what was kept first (one sync), returned as :meth:`read` returns it; else None."""
-        kept_inputs = None if self._layout is None else self._layout[1]
-        layout = ((positions, count), kept_inputs if inputs is None else inputs[0])  # no flags this time: none set
-        if self._state is None or self._layout != layout:
-            layout = ((positions, count), None if inputs is None else inputs[0])
+        layout = ((positions, count), None if inputs is None else inputs[0])
+        # a check without input flags (no forward of the root since the last) keeps the layout: none are set
+        if self._state is None or self._layout[0] != layout[0] or (inputs is not None and self._layout[1] != layout[1]):
             earlier = self.read()  # what an earlier layout found stays found
             if earlier is not None:
                 return earlier
