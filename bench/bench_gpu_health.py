@@ -17,7 +17,8 @@ over random token ids, AdamW. ``--amp`` runs forward and loss under bf16 autocas
 
 Each variant is one Xray on its own model instance, set up once and warmed up; round after
 round, in a new order each round, each runs a window of steps with Xray switched off (hooks
-disarmed, nothing called) and one switched on. Wall time with the GPU synchronised at the window's
+disarmed, nothing called, training health's global optimizer hooks set aside: bench/optimizer_hooks.py)
+and one switched on, with its own global optimizer hooks only. Wall time with the GPU synchronised at the window's
 ends. Printed: ms per step, the median over rounds of on / off, and where the automatic pace settled
 (the health monitor's ``_pacer.every``: 1 = every iteration measured), then health-every1's ratio
 against the model's bar and whether the automatic pace measures every iteration; on a GPU, last, the
@@ -50,6 +51,7 @@ from xray_tb.schedules import at  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_models import MODELS, Workload, workload  # noqa: E402
+from optimizer_hooks import OwnHooks  # noqa: E402
 
 VARIANTS = {
     "idle": (at([]), False),
@@ -66,6 +68,11 @@ POOL = 8
 
 class Loop:
     def __init__(self, variant: str, work: Workload, logdir: str, device: torch.device, amp: bool):
+        self.own_hooks = OwnHooks()  # this loop's global optimizer hooks, installed for its instrumented windows only
+        with self.own_hooks.owning():
+            self._set_up(variant, work, logdir, device, amp)
+
+    def _set_up(self, variant: str, work: Workload, logdir: str, device: torch.device, amp: bool) -> None:
         torch.manual_seed(0)
         self.model = work.make_model().to(device)
         self.loss = work.loss
@@ -80,7 +87,9 @@ class Loop:
 
     def window(self, data, instrumented: bool) -> float:
         xray = self.xray
-        with contextlib.nullcontext() if instrumented else xray.recording.paused():  # hooks armed again after
+        # switched off: hooks disarmed (armed again after) and health's global optimizer hooks set aside
+        # (else health runs its iteration from the step); on: this loop's own only, no other variant's
+        with self.own_hooks.owning(active=instrumented), contextlib.nullcontext() if instrumented else xray.recording.paused():
             self.synchronize()
             start = time.perf_counter()
             for x, y in data:
@@ -171,7 +180,8 @@ def report_held(loops: dict[str, Loop], device: torch.device) -> None:
     dropping it gives back), against the model's parameter bytes (issue 20's <= 1% goal)."""
     for variant, loop in loops.items():
         before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-        loop.xray.close()
+        with loop.own_hooks.owning():
+            loop.xray.close()
         loop.xray = None
         gc.collect()
         if device.type == "cuda":

@@ -43,7 +43,9 @@ Each variant's loop is set up once and warmed up, as in a long training. Then, r
 and in a new shuffled order each round, every variant runs three windows of steps on --threads
 intra-op threads (default 2): the plain loop's, its own loop with the variant switched off (same
 model instance and optimizer, nothing of the variant called, Xray's and the user's hooks removed or
-disarmed), and its own loop switched on; in that order in even rounds and in the reverse order in
+disarmed, training health's global optimizer hooks set aside: bench/optimizer_hooks.py), and its
+own loop switched on; each window runs with its own loop's global optimizer hooks only, none of the
+other variants'; in that order in even rounds and in the reverse order in
 odd ones, so that a machine whose speed drifts during the run does not bias every round's ratios the
 same way. "vs own" is the median over rounds of on / off: the variant's cost with model-instance
 effects (memory placement, caches) cancelled. "vs plain" is on / the plain window of its round. The
@@ -75,8 +77,10 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.tensorboard import SummaryWriter
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from examples.digits import LeNetDigits, digits_loader  # noqa: E402
+from optimizer_hooks import OwnHooks  # noqa: E402
 from xray_tb import Xray  # noqa: E402
 from xray_tb.schedules import at  # noqa: E402
 from xray_tb.health import HealthOptions  # noqa: E402
@@ -202,6 +206,11 @@ class Loop:
     training (one-time costs such as the trace or the first capture are not per-step costs)."""
 
     def __init__(self, variant: str, make_model, sample_shape: tuple, example_input: torch.Tensor, logdir: str):
+        self.own_hooks = OwnHooks()  # the global optimizer hooks this loop's tool registers, installed for its windows only
+        with self.own_hooks.owning():
+            self._set_up(variant, make_model, sample_shape, example_input, logdir)
+
+    def _set_up(self, variant: str, make_model, sample_shape: tuple, example_input: torch.Tensor, logdir: str) -> None:
         torch.manual_seed(0)
         self.variant = variant
         self.model = make_model()
@@ -242,7 +251,9 @@ class Loop:
         if self.hooks is not None and not instrumented:
             self.hooks.detach()
         gc.collect()  # collected before the clock starts, for every variant alike
-        with paused:  # Xray's hooks and training health's, armed again after
+        # Xray's hooks and training health's, armed again after; the global optimizer hooks of this
+        # loop's Xray only, and none when switched off (health would run its iteration from the step)
+        with self.own_hooks.owning(active=instrumented), paused:
             start = CLOCK()
             for x, y in data:
                 self._step(x, y, instrumented)
@@ -276,6 +287,10 @@ class Loop:
         self.step += 1
 
     def close(self) -> None:
+        with self.own_hooks.owning():
+            self._close()
+
+    def _close(self) -> None:
         if self.hooks is not None:
             self.hooks.detach()
         if self.xray is not None:

@@ -31,6 +31,7 @@ from torch.nn import functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench_overhead  # noqa: E402
+from optimizer_hooks import OwnHooks  # noqa: E402
 from bench_tab import resnet50  # noqa: E402
 from xray_tb import Xray  # noqa: E402
 
@@ -52,22 +53,30 @@ VARIANTS = ("plain", "health-off", "defaults")
 
 
 def loops(make_model, example: torch.Tensor, every: int, logdir: str) -> dict:
+    """Per variant: model, optimizer, Xray (None for plain) and the global optimizer hooks its Xray
+    registered, installed for its own windows only (bench/optimizer_hooks.py)."""
     out = {}
     for variant in VARIANTS:
         torch.manual_seed(0)
         model = make_model()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-        xray = None
+        xray, own = None, OwnHooks()
         if variant != "plain":
             options = {"health": False} if variant == "health-off" else {}
-            xray = Xray(model, example, logdir=f"{logdir}/{variant}", every=every, **options)
-        out[variant] = (model, optimizer, xray)
+            with own.owning():
+                xray = Xray(model, example, logdir=f"{logdir}/{variant}", every=every, **options)
+        out[variant] = (model, optimizer, xray, own)
     return out
 
 
-def window(model, optimizer, xray, data, times: dict) -> None:
+def window(model, optimizer, xray, own, data, times: dict) -> None:
     clock = time.perf_counter
     gc.collect()
+    with own.owning():
+        _steps(model, optimizer, xray, data, times, clock)
+
+
+def _steps(model, optimizer, xray, data, times: dict, clock) -> None:
     for x, y in data:
         t0 = clock()
         optimizer.zero_grad()
@@ -110,9 +119,10 @@ def main() -> None:
                 for variant in order:
                     target = times[variant] if round_index else {phase: [] for phase in PHASES}
                     window(*built[variant], data, target)
-            for _, _, xray in built.values():
+            for _, _, xray, own in built.values():
                 if xray is not None:
-                    xray.close()
+                    with own.owning():
+                        xray.close()
         print(f"\n{key}: {title}")
         print(f"{'variant':<11}" + "".join(f" {phase:>11}" for phase in PHASES) + f" {'total':>8}")
         totals = {}
