@@ -45,6 +45,9 @@ import xray_tb  # noqa: E402
 from xray_tb import HealthOptions, Xray  # noqa: E402
 from xray_tb.schedules import at  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from optimizer_hooks import OwnHooks  # noqa: E402
+
 WIDTH = 32
 
 
@@ -64,7 +67,9 @@ class Loop:
         torch.manual_seed(0)
         self.model = chain(layers).to(device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-3)
-        self.xray = Xray(self.model, input_size=(WIDTH,), logdir=logdir, every=at([]), health=health)
+        self.own_hooks = OwnHooks()  # its Xray's global optimizer hooks, installed for its own windows only
+        with self.own_hooks.owning():
+            self.xray = Xray(self.model, input_size=(WIDTH,), logdir=logdir, every=at([]), health=health)
         self.device = device
 
     def window(self, data) -> float:
@@ -72,21 +77,23 @@ class Loop:
         cuda = self.device.type == "cuda"
         clock = time.perf_counter if cuda else time.process_time
         gc.collect()
-        if cuda:
-            torch.cuda.synchronize(self.device)
-        start = clock()
-        for x, y in data:
-            self.optimizer.zero_grad()
-            loss = F.mse_loss(self.model(x), y)
-            loss.backward()
-            self.xray.take_graphs()
-            self.optimizer.step()
-        if cuda:
-            torch.cuda.synchronize(self.device)
-        return (clock() - start) / len(data)
+        with self.own_hooks.owning():
+            if cuda:
+                torch.cuda.synchronize(self.device)
+            start = clock()
+            for x, y in data:
+                self.optimizer.zero_grad()
+                loss = F.mse_loss(self.model(x), y)
+                loss.backward()
+                self.xray.take_graphs()
+                self.optimizer.step()
+            if cuda:
+                torch.cuda.synchronize(self.device)
+            return (clock() - start) / len(data)
 
     def close(self) -> None:
-        self.xray.close()
+        with self.own_hooks.owning():
+            self.xray.close()
 
 
 def main() -> None:
@@ -171,14 +178,15 @@ def report_device_path_python(counts: list[int], batch: int, iterations: int = 2
                 if event in ("call", "c_call"):
                     counted[0] += 1
 
-            for index in range(10 + iterations):
-                loop.optimizer.zero_grad()
-                F.mse_loss(loop.model(x), y).backward()
-                if index >= 10:
-                    sys.setprofile(count)
-                loop.xray.take_graphs()
-                sys.setprofile(None)
-                loop.optimizer.step()
+            with loop.own_hooks.owning():  # its global optimizer hooks in place, as in a user's loop
+                for index in range(10 + iterations):
+                    loop.optimizer.zero_grad()
+                    F.mse_loss(loop.model(x), y).backward()
+                    if index >= 10:
+                        sys.setprofile(count)
+                    loop.xray.take_graphs()
+                    sys.setprofile(None)
+                    loop.optimizer.step()
             loop.close()
         calls[layers] = counted[0] / iterations
     print("device path, host Python calls per measured iteration (CPU tensors on the device path): "
