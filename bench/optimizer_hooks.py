@@ -38,10 +38,8 @@ class OwnHooks:
             yield
         finally:
             for table, kept, other in zip(_TABLES, self._kept, others):
-                if active:
+                if active:  # the table held the loop's hooks: it is what the loop has now
                     kept.clear()
-                    kept.update(table)
-                else:  # what a switched-off window added is the loop's too
-                    kept.update(table)
+                kept.update(table)  # switched off: what the window added is the loop's too
                 table.clear()
                 table.update({key: hook for key, hook in other.items() if key not in kept})
