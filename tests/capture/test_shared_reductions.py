@@ -196,5 +196,5 @@ def test_with_optimizer_health_takes_activations_before_the_frames_once_per_heal
             model(x).square().mean().backward()
             xray.take_graphs()
             optimizer.step()
-        assert xray._health.monitor.dead._rings[0]._written == 3  # health steps 0, 2, 4: one row each, not two
+        assert xray._health.monitor.families.dead._rings[0]._written == 3  # health steps 0, 2, 4: one row each, not two
     assert reused == [True, True, True]

@@ -19,13 +19,15 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from tb_plugin import health_metadata
 from xray_tb.trace.graph import Graph
 from xray_tb.health import activation_step
 from xray_tb.health.block_writer import BlockWriter
+from xray_tb.health.families import Families
 from xray_tb.health.buffer import RowBuffer
 from xray_tb.health.findings import Finding, NonFinite
+from xray_tb.health.flag_layout import FlagLayout
 from xray_tb.health.forward_origin import ForwardOrigin
+from xray_tb.health.health_steps import HealthSteps
 from xray_tb.health.input_watch import InputWatch
 from xray_tb.health.options import HealthOptions, budget_for
 from xray_tb.health.pacing import Pacer
@@ -35,21 +37,19 @@ from xray_tb.health.rules import make_rules
 from xray_tb.health.scope import Scope
 from xray_tb.health.sentinel import NonFiniteSentinel
 from xray_tb.health.shards import ShardedHealth
-from xray_tb.health.stats import (
-    ActivationStatistic, ChannelVariance, DeadUnits, ForwardChecks, GradientStatistics,
-    IterationStatistic, IterationView, Saturation, Statistic, UpdateRatio, WeightNorm,
-)
+from xray_tb.health.stats import IterationView, Statistic
 from xray_tb.health.stats.base import entries, row_of
 from xray_tb.health.stats.histograms import WeightHistograms
 from xray_tb.capture.hooks import TapRecorder
 from xray_tb.capture.shared_reductions import SharedReductions
-from xray_tb.capture.schedules import as_schedule
 from xray_tb.io.sink import EventSink
 from xray_tb.devices import on_host
 from xray_tb.distributed import Group
 
 
 class HealthMonitor:
+    """One model's training health: its sentinel, statistic families, buffered rows and writer (module doc)."""
+
     def __init__(self, model: nn.Module, graph: Graph, options: HealthOptions, sink: EventSink,
                  capture_due: Callable[[int], bool], first_step: int = 0, layer_scalars: bool = False, group: Optional[Group] = None,
                  modules: Optional[dict[str, nn.Module]] = None, reductions: Optional[SharedReductions] = None,
@@ -59,30 +59,20 @@ class HealthMonitor:
         self._group = group  # under torch.distributed: activation statistics combine every rank's batch
         self._last_step = int(first_step)  # the step of the latest iteration
         self.scope = scope = Scope(model, graph, modules)
-        self._capture_due = capture_due
-        self._schedule = as_schedule(options.activations)
-        self._due: tuple[Optional[int], bool] = (None, False)
+        self._health_steps = HealthSteps(options.activations, capture_due)
         self._taken: Optional[int] = None  # the step whose activations were taken before its capture
         device = next((layer.param.device for layer in scope.weighted), torch.device("cpu"))
         self._nan = torch.full((), math.nan, device=device)
-        weighted = [layer.name for layer in scope.weighted]
         self._pacer = Pacer(options.every, budget_for(options, device.type))
         self._flushed_at: Optional[int] = None  # the iteration count at the last write
         self._histograms = WeightHistograms(options.histograms_every)
-        self.update_ratio = UpdateRatio(weighted, options.update_every)
-        self.iteration_families: list[IterationStatistic] = [
-            GradientStatistics(weighted, [layer.size for layer in scope.weighted]), WeightNorm(weighted), self.update_ratio]
-        activated = [layer.name for layer in scope.activations]
-        self.dead = DeadUnits(activated, options.dead_window, options.dead_threshold)
-        self.activation_families: list[ActivationStatistic] = [
-            self.dead, Saturation(activated, options.saturation_margin), ChannelVariance(activated, options.channel_dim)]
-        self._checks = ForwardChecks(list(scope.output_taps), self._reductions)
+        self.families = families = Families(scope, options, self._reductions)
         self._pieces = LayerPieces(scope.weighted)  # layers with several weights (LSTM): one piece each
         self._sentinel = NonFiniteSentinel(self._pieces.names, [name for name, _ in scope.biases])
         self._sentinel.on_overflow = self._drop_row  # a GradScaler's overflow: no row, a gap in the series
         self._shards = ShardedHealth.of(group, self._pieces.weights, self._sentinel)  # FSDP
         self._writer = BlockWriter(sink, scope, make_rules(options.rules, options.dead_window), layer_scalars,
-                                   self.iteration_families, self.activation_families, self._checks, self._sentinel,
+                                   families.iteration, families.activation, families.checks, self._sentinel,
                                    earlier_findings)
         self._iterations = self._measured = 0
         self._held: Optional[int] = None  # an iteration waiting for its optimizer step
@@ -128,13 +118,12 @@ class HealthMonitor:
         # On a CPU a find is known at once: that iteration's statistics show the NaN too. Not with sharded
         # weights (FSDP), where a measured row is combined over the ranks, which must all measure it.
         found = self._sentinel.found_at == step and self._shards is None
-        measure = weights and (found or index >= self._pacer.next or self.update_ratio.pending)
+        measure = weights and (found or index >= self._pacer.next or self.families.update_ratio.pending)
         if measure:
             start = time.perf_counter()
             self._measure_parameters(step, weights, grads)
             self._pacer.measured(index, time.perf_counter() - start, start)
-        due = self._due
-        taken = activations and self._taken != step and (due[1] if due[0] == step else self._activations_due(step))
+        taken = activations and self._taken != step and self._health_steps.due(step)
         if taken:
             self._measure_activations(step)
             measure = True
@@ -159,7 +148,7 @@ class HealthMonitor:
         """A capture before its iteration (``optimizer=``): a health step's activation statistics first, for
         the frames to reuse, not again at the iteration. Under torch.distributed they stay at the iteration
         (every rank's collectives in one order), unless ``collective``: every rank takes them here."""
-        if (self._group is None or collective) and self._taken != step and self._activations_due(step):
+        if (self._group is None or collective) and self._taken != step and self._health_steps.due(step):
             if self._loads.take():  # a checkpoint's parameters are found before this step's rows start
                 self.refresh_weights()
             self._measure_activations(step)
@@ -179,15 +168,10 @@ class HealthMonitor:
         """The hooks that keep activations at health steps (paused with Xray's own)."""
         return self._recorder
 
-    def _activations_due(self, step: int) -> bool:
-        if self._due[0] != step:
-            self._due = (step, bool(self._schedule(step) if self._schedule is not None else self._capture_due(step)))
-        return self._due[1]
-
     def arm_for(self, step: int) -> None:
         """Arm the activation hooks for the forward of ``step`` when it is a health step (called when
         Xray arms its own, after it asked its schedule about ``step``)."""
-        due = self._activations_due(step)
+        due = self._health_steps.due(step)
         if due != self._recorder.armed:
             self._recorder.arm() if due else self._recorder.disarm()
 
@@ -196,7 +180,7 @@ class HealthMonitor:
     def _measure_parameters(self, step: int, weights: list[torch.Tensor], grads: list[Optional[torch.Tensor]]) -> None:
         with torch.no_grad():
             view = IterationView(weights, grads, self._nan, self._measured)
-            families = self.iteration_families
+            families = self.families.iteration
             row = row_of(families, [family.compute(view) for family in families])
             if not self._pieces.single or self._shards is not None:  # per weight, combined per layer and over ranks
                 row = self._pieces.combine(families, entries(row))
@@ -211,8 +195,9 @@ class HealthMonitor:
         with torch.no_grad(), self._reductions:  # inside take_graphs(), the frames reuse what is reduced here
             # under DDP, whether any rank's batch held the first find's NaN
             shared = {"batch": [self._sentinel.input_flag()]} if self._group is not None and self.inputs is not None else None
-            row, vectors = activation_step.measure(self.scope, recorder.latest, self._reductions, self.activation_families,
-                                                   self._checks, self._group, step, self._nan, shared)
+            families = self.families
+            row, vectors = activation_step.measure(self.scope, recorder.latest, self._reductions, families.activation,
+                                                   families.checks, self._group, step, self._nan, shared)
             if shared and shared["batch"][0] is not None and float(shared["batch"][0]) > 0:
                 self._sentinel.inputs_flagged_elsewhere()
             self._activation_rows.add(step, row, self._nan)
@@ -290,11 +275,7 @@ class HealthMonitor:
     def add_family(self, family: Statistic) -> None:
         """Measure one more statistic family from now on (what is buffered is written first)."""
         self.flush()
-        names = {c for f in (*self.iteration_families, *self.activation_families) for c in f.columns}
-        for column in family.columns:
-            if column in names or column in health_metadata.BUILTIN_STATS:
-                raise ValueError(f"a statistic named {column!r} exists already; choose another name")
-        (self.iteration_families if isinstance(family, IterationStatistic) else self.activation_families).append(family)
+        self.families.add(family)
         self._rebuild_buffers()
 
     def refresh_weights(self) -> bool:
@@ -310,9 +291,8 @@ class HealthMonitor:
         self.flush()
         self.scope.refresh_weights()
         self._pieces = LayerPieces(self.scope.weighted)
-        self._sentinel.layers = self._pieces.names
-        self._sentinel.bias_layers = [name for name, _ in self.scope.biases]
-        self.update_ratio.forget()
+        self._sentinel.layout = FlagLayout(self._pieces.names, [name for name, _ in self.scope.biases])
+        self.families.update_ratio.forget()
         self._rebuild_buffers()
         if self.on_weights_changed is not None:
             self.on_weights_changed()
@@ -320,8 +300,8 @@ class HealthMonitor:
     def _rebuild_buffers(self) -> None:
         self._weights = self._pieces.weights
         self._biases = [bias for _, bias in self.scope.biases]
-        self._iteration_rows = RowBuffer(list(self.iteration_families))
-        self._activation_rows = RowBuffer([*self.activation_families, self._checks])
+        self._iteration_rows = RowBuffer(list(self.families.iteration))
+        self._activation_rows = RowBuffer([*self.families.activation, self.families.checks])
 
     def settle(self) -> None:
         """Before :meth:`close`, on every rank (FSDP): agree on what only some ranks may have seen."""

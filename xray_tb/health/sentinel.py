@@ -9,15 +9,12 @@ Cheap by construction, and without a host sync per iteration on a GPU:
   are kept on the device (a few in-place ops, :mod:`xray_tb.health.device_finds`), with the flags of
   that iteration's floating inputs (:mod:`xray_tb.health.input_watch`), and read when the statistics
   are next written;
-* on a CPU, where reading a value costs no sync and memory bandwidth is what a check costs, each
-  gradient's and each weight's sum (a NaN or an infinity makes it non-finite) is added up and read;
-  only when the total is not finite are they checked one by one (``isfinite``), so a finite tensor
-  whose sum overflows is never flagged. The weights are summed too, although a non-finite weight that
-  the forward uses mostly makes the gradients non-finite: an infinite weight whose unit a ReLU, a
-  sigmoid or a tanh clamps leaves the loss and every gradient finite, and so does an embedding row
-  never looked up. A large weight that nothing but an optimizer step changed since it was found
-  finite, stepped with the gradients this check found finite, is not read again
-  (:mod:`xray_tb.health.weight_versions`): in a plain loop mostly the gradients are read.
+* on a CPU, where reading a value costs no sync and memory bandwidth is what a check costs, the
+  gradients' and weights' sums are added up and read (:mod:`xray_tb.health.cpu_sums`); only when the
+  total is not finite are they checked one by one (``isfinite``). The weights are summed too, although
+  a non-finite weight that the forward uses mostly makes the gradients non-finite: an infinite weight
+  whose unit a ReLU, a sigmoid or a tanh clamps leaves the loss and every gradient finite, and so does
+  an embedding row never looked up.
 
 Biases (and the other parameters of a layer that are not weights) are checked where a non-finite value
 was found, so that a NaN bias is named in its own layer, not in the last layer with a non-finite
@@ -41,12 +38,13 @@ from typing import Callable, Optional
 import torch
 
 from xray_tb import sharding
-from xray_tb.health import cpu_batches, reductions
+from xray_tb.health import reductions
+from xray_tb.health.cpu_sums import CpuSums
 from xray_tb.health.device_finds import DeviceFinds, InputFlags
+from xray_tb.health.flag_layout import FlagLayout
 from xray_tb.health.nonfinite import FlagRows
 from xray_tb.health.overflows import OverflowWatch
-from xray_tb.health.stats.base import stored_all, stored_values
-from xray_tb.health.weight_versions import WeightVersions
+from xray_tb.health.stats.base import stored_all
 from xray_tb.devices import on_host
 
 
@@ -54,8 +52,8 @@ class NonFiniteSentinel:
     """Flags for the first iteration with a non-finite weight, bias or gradient, by layer and kind."""
 
     def __init__(self, layers: list[str], bias_layers: Optional[list[str]] = None):
-        self.layers = layers  # the layer of each weight
-        self.bias_layers = bias_layers or []  # the layer of each bias
+        #: The layer of each weight and of each bias, and so of each flag of a find.
+        self.layout = FlagLayout(layers, bias_layers or ())
         self.done = False  # a first non-finite iteration was found (or its search is over)
         self._found: Optional[tuple[int, list[bool]]] = None  # (step, flags), weights then grads
         #: On an accelerator: the first find, kept on the device (under DDP its input flag is combined at health steps).
@@ -73,9 +71,7 @@ class NonFiniteSentinel:
         self._pending: Optional[tuple] = None  # what it found: (step, flags) on a CPU, (step, flags, positions, count) on a device
         self.found_at: Optional[int] = None  # the step of the last find on a CPU (waiting or not)
         self._skipped_first: Optional[tuple] = None  # the first find withdrawn in the current row of skipped steps
-        #: On a CPU, which weights need no reading (:mod:`xray_tb.health.weight_versions`); None: read them all.
-        self.versions: Optional[WeightVersions] = None
-        self._plans = cpu_batches.PlanMemo()  # the CPU batches of the summed tensors, kept while their weights are the same
+        self._sums: Optional[CpuSums] = None  # on a CPU: the every-iteration check (set at the first check)
         #: The weights are DTensors (set by ShardedHealth): each is checked as this rank's shard, and every
         #: weight is read at every check (no version tracking of local shards).
         self.sharded = False
@@ -86,9 +82,14 @@ class NonFiniteSentinel:
         self._scaled: Optional[bool] = None  # on a device: whether a GradScaler is in use (looked for at the first check)
 
     @property
+    def layers(self) -> list[str]:
+        """The layer of each weight."""
+        return self.layout.layers
+
+    @property
     def flag_count(self) -> int:
         """How many flags a find holds: weights, their gradients, biases, their gradients."""
-        return 2 * (len(self.layers) + len(self.bias_layers))
+        return self.layout.count
 
     def check(self, step: int, weights: list[torch.Tensor], grads: list[Optional[torch.Tensor]],
               biases: Optional[list[torch.Tensor]] = None, inputs: Optional[InputFlags] = None) -> None:
@@ -99,31 +100,11 @@ class NonFiniteSentinel:
                 self.settle(at_check=True)
             if self._on_cpu is None:
                 self._on_cpu = all(map(on_host, weights))
-                if self._on_cpu and not self.sharded:
-                    self.versions = WeightVersions()
-            if self._on_cpu:  # the common CPU case first, with as little Python as possible
-                # each summed tensor's owner: its weight, of its shape (the batches' plan is kept for them)
-                summed, owners = [], []
-                for weight, grad in zip(weights, grads):
-                    if grad is None:
-                        continue
-                    if grad.layout == torch.strided:
-                        summed.append(grad)
-                        owners.append(weight)
-                    elif (values := stored_values(grad)) is not None:  # sparse (nn.Embedding(sparse=True)): what it stores
-                        summed.append(values)
-                        owners.append(values)
-                # the weights, but those unchanged since found finite, or only stepped from there
-                clean = self.versions.clean(weights) if self.versions is not None else frozenset()
-                dirty = [t for i, t in enumerate(weights) if i not in clean]
-                summed += dirty
-                owners += dirty
-                # one sum per large tensor, one per batch of small ones (a float16 sum would overflow: float32)
-                if math.isfinite(cpu_batches.total(summed, owners, self._plans)):
-                    if self.versions is not None:
-                        self.versions.checked(weights, grads)
-                    self.overflows.clean()
-                    return
+                if self._on_cpu:
+                    self._sums = CpuSums(follow_versions=not self.sharded)
+            if self._on_cpu and self._sums.finite(weights, grads):  # the common CPU case first
+                self.overflows.clean()
+                return
             biases = biases or []
             bias_grads = [b.grad for b in biases]
             if self.sharded:  # this rank's shards
@@ -152,7 +133,7 @@ class NonFiniteSentinel:
             self.overflows.clean()
             return
         if self.overflows.waiting_step is not None:
-            if any(self._forward_only(flags)):  # the waiting gradient was applied: no overflow
+            if any(self.layout.forward_only(flags)):  # the waiting gradient was applied: no overflow
                 self._found, self.done = self.overflows.stands(), True
                 return
         self.found_at = int(step)
@@ -168,7 +149,7 @@ class NonFiniteSentinel:
         the earlier one's verdict, and a non-finite weight stays to be found again."""
         if self.overflows.waiting_step is not None:
             return True
-        if not self._has_gradient(find[1]) or not self.overflows.scaler_in_use():
+        if not self.layout.has_gradient(find[1]) or not self.overflows.scaler_in_use():
             return False
         self.overflows.wait(find)
         return True
@@ -184,7 +165,7 @@ class NonFiniteSentinel:
             self._found, self.done = find, True
             return
         step, flags = find
-        kept = self._forward_only(flags)
+        kept = self.layout.forward_only(flags)
         if any(kept):  # a non-finite weight or bias stays found: the forward used it
             self._found, self.done = (step, kept), True
         elif self.on_overflow is not None:
@@ -195,20 +176,11 @@ class NonFiniteSentinel:
         gradients and no weight or bias: the forward that made them may hold where it started."""
         for find in (self._found, self._pending):
             if find is not None and len(find) == 2 and find[0] == step:
-                return self._has_gradient(find[1]) and not any(self._forward_only(find[1]))
+                return self._gradients_only(find[1])
         return False
 
-    def _forward_flags(self) -> list[bool]:
-        """For each flag of a find, whether it is a weight's or a bias's (not a gradient's)."""
-        weights, biases = len(self.layers), len(self.bias_layers)
-        return [i < weights or 2 * weights <= i < 2 * weights + biases for i in range(self.flag_count)]
-
-    def _forward_only(self, flags: list[bool]) -> list[bool]:
-        """``flags`` of weights and biases only (those of gradients cleared)."""
-        return [flag and forward for flag, forward in zip(flags, self._forward_flags())]
-
-    def _has_gradient(self, flags: list[bool]) -> bool:
-        return any(flag and not forward for flag, forward in zip(flags, self._forward_flags()))
+    def _gradients_only(self, flags: list[bool]) -> bool:
+        return self.layout.has_gradient(flags) and not any(self.layout.forward_only(flags))
 
     def _check_on_device(self, step: int, tensors: list, positions: list[int], checked: list[torch.Tensor],
                          inputs: Optional[InputFlags] = None) -> None:
@@ -262,9 +234,8 @@ class NonFiniteSentinel:
 
     def remove(self) -> None:
         """Remove the optimizer hooks that keep the weights' clean marks (idempotent)."""
-        if self.versions is not None:
-            self.versions.remove()
-            self.versions = None
+        if self._sums is not None:
+            self._sums.remove()
 
     def hold(self, step: int) -> None:
         """What iteration ``step`` finds waits for :meth:`release` or :meth:`withdraw` (its optimizer step)."""
@@ -295,16 +266,16 @@ class NonFiniteSentinel:
             return False
         if len(pending) == 2:
             step, flags = pending
-            if not self._has_gradient(flags):
+            if not self.layout.has_gradient(flags):
                 self._found, self.done = pending, True  # a weight or bias only: it stands as it is
                 return False
-            kept = self._forward_only(flags)
+            kept = self.layout.forward_only(flags)
             if any(kept):
                 self._found, self.done = (step, kept), True
             self.found_at = self.found_at if any(kept) else None
         else:
             step, flags, positions, count, inputs = pending
-            forward = self._forward_flags()
+            forward = self.layout.forward
             mask = torch.tensor([forward[i] for i in positions], device=flags.device)
             if not bool((flags & ~mask).any()):  # no non-finite gradient: the iteration stands
                 self._merge(*pending)
@@ -344,11 +315,6 @@ class NonFiniteSentinel:
         if found is None:
             return
         step, flags = found
-        if self.on_input_find is not None and step in self.input_finds and self._has_gradient(flags) and not any(self._forward_only(flags)):
+        if self.on_input_find is not None and step in self.input_finds and self._gradients_only(flags):
             self.on_input_find(step, self.input_finds[step])
-        count, biases = len(self.layers), len(self.bias_layers)
-        for kind, names, offset in (("weight", self.layers, 0), ("weight_grad", self.layers, count),
-                                    ("bias", self.bias_layers, 2 * count), ("bias_grad", self.bias_layers, 2 * count + biases)):
-            for i, name in enumerate(names):
-                if offset + i < len(flags) and flags[offset + i]:
-                    rows.by_step.setdefault(step, {}).setdefault(kind, set()).add(name)
+        self.layout.add_to(rows, step, flags)

@@ -176,7 +176,7 @@ class TrainingHealth:
     def dead_units(self, threshold: Optional[float] = None) -> dict[str, list[int]]:
         """``{layer: sorted unit indices}`` of layers with units whose activation stayed at or below
         ``threshold`` (default: ``HealthOptions.dead_threshold``, 0) over the recent health steps."""
-        return self._monitor().dead.dead(threshold)
+        return self._monitor().families.dead.dead(threshold)
 
     def prune(self, threshold: Optional[float] = None, dry_run: bool = True, remove: bool = False) -> list[pruning.PruneEntry]:
         """Mask the dead units' weight rows or filters and biases with ``torch.nn.utils.prune``.
