@@ -350,3 +350,29 @@ def test_a_model_split_over_two_optimizers_the_head_stepping_first_keeps_the_nan
                 xray.take_graphs(step)
         expected = NonFinite(step=23, layer="4", kind="weight" if fault == "nan weight" else "weight_grad")
         assert xray.first_nonfinite == expected
+
+
+def test_the_marker_hook_on_a_weight_does_not_keep_the_follower_alive():
+    """The marker's hook lives on the model's weight, and the step pre-hook in torch's global table, until
+    remove(); both hold the follower weakly, so a follower let go of without remove() is collected, and a
+    backward and an optimizer step afterwards count nothing."""
+    import gc
+    import weakref
+
+    from xray_tb.health.iteration_follower import IterationFollower
+
+    model, optimizer = small_model()
+    weights = [model[0].weight, model[2].weight]
+    counted = []
+    follower = IterationFollower(weights, counted.append, 0, modules=[model[0], model[2]])
+    model(torch.randn(2, 8)).sum().backward()
+    optimizer.step()
+    assert counted == [0]  # followed: the optimizer's step counted the backward
+    alive = weakref.ref(follower)
+    assert weights[0]._post_accumulate_grad_hooks  # the marker is on the first layer's weight
+    del follower
+    gc.collect()
+    assert alive() is None
+    model(torch.randn(2, 8)).sum().backward()  # the orphaned hooks run and do nothing
+    optimizer.step()
+    assert counted == [0]

@@ -41,6 +41,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from xray_tb.capture.hooks import Hook, call_weakly
+from xray_tb.health.backward_marker import BackwardMarker
 from xray_tb.health.optimizer_params import PerOptimizer, held_ids, steps_any
 from xray_tb.health.skipped_steps import SkippedSteps
 from xray_tb.user_frame import user_stacklevel
@@ -81,17 +82,14 @@ class IterationFollower:
         self._on_replaced = on_replaced
         self._on_renumber = on_renumber
         self._provisional: Optional[int] = 0  # iterations counted before a call named a step (None: one did)
-        self._this = weakref.ref(self)
-        self._marker: Optional[torch.nn.Parameter] = None
-        self._slot: Optional[tuple[torch.nn.Module, str]] = None  # where the model holds the marker
-        self._bind(weights, modules)
-        self._marker_handle = None
+        this = weakref.ref(self)  # the hooks hold the follower weakly
+        self._marker = BackwardMarker(weights, modules, lambda: call_weakly(this, "_backward"))
         self._step_handle = None
-        first = self._first_trained()  # the first layer the forward calls
+        first = self._marker.first_trained()  # the first layer the forward calls
         if first is not None:
-            self._mark(first)
+            self._marker.put_on(first)
             self._step_handle = register_optimizer_step_pre_hook(
-                Hook(lambda optimizer, args, kwargs: call_weakly(self._this, "_before_step", optimizer)))
+                Hook(lambda optimizer, args, kwargs: call_weakly(this, "_before_step", optimizer)))
 
     def counts_call(self, step: int) -> bool:
         """Whether the ``take_graphs(step)`` call is an iteration: not when no backward ran since the last
@@ -103,7 +101,7 @@ class IterationFollower:
             return True  # the weights were found again: this call counts
         if not self._backward_seen:
             return True
-        if self._marker is not None and not self._marker.requires_grad:  # frozen since: this backward missed it
+        if self._marker.frozen():  # frozen since: this backward missed it
             self._fresh = self._remark() or self._fresh
         if not self._fresh:
             self._after_steps = self._backward_seen and self._followed is not None  # the step counted it already
@@ -121,7 +119,7 @@ class IterationFollower:
                 self._warn_uncounted()
         self._fresh, self._pending, self._uncounted = False, None, 0
         if self._skipped is not None and self._known() is not None:
-            self._skipped.counted_by_call(step, self._marker)  # stands once the optimizer steps
+            self._skipped.counted_by_call(step, self._marker.weight)  # stands once the optimizer steps
         return True
 
     def _known(self) -> Optional[torch.optim.Optimizer]:
@@ -152,89 +150,56 @@ class IterationFollower:
 
     def remove(self) -> None:
         """Remove both hooks (idempotent)."""
-        for handle in (self._marker_handle, self._step_handle):
-            if handle is not None:
-                handle.remove()
-        self._marker_handle = self._step_handle = None
+        self._marker.remove()
+        if self._step_handle is not None:
+            self._step_handle.remove()
+            self._step_handle = None
 
     def rebind(self, weights: list[torch.nn.Parameter], modules: Optional[list[torch.nn.Module]] = None) -> None:
         """The model's weights were found again: the marker moves to the new first trainable one (held by
         the followed optimizer, else the optimizers are looked at again)."""
-        self._bind(weights, modules)
-        if self._marker is None:
+        marker = self._marker
+        marker.bind(weights, modules)
+        if marker.weight is None:
             return
-        if any(weight is self._marker for weight in self._weights):  # the same parameter, maybe under another name (pruned: weight_orig)
-            self._slot = self._slot_of(self._marker)
+        if marker.among_weights():  # the same parameter, maybe under another name (pruned: weight_orig)
             return
         followed = self._followed() if self._followed is not None else None
-        if followed is None or not steps_any(held_ids(followed), self._weights):
+        if followed is None or not steps_any(held_ids(followed), marker.weights):
             self._followed, self._candidate = None, None
             self._ignored.clear()
-        if not self._remark() and self._followed is None and (first := self._first_trained()) is not None:
-            self._mark(first)
-
-    def _bind(self, weights: list[torch.nn.Parameter], modules: Optional[list[torch.nn.Module]]) -> None:
-        self._weights = weights  # in dataflow order: the layers the forward calls first come first
-        self._modules = modules
-
-    def _marker_missed(self) -> bool:
-        """Whether the marker can no longer see backwards: frozen, or no longer its module's parameter."""
-        return self._marker is not None and (not self._marker.requires_grad or self._slot_stale())
-
-    def _slot_stale(self) -> bool:
-        slot = self._slot
-        return slot is not None and slot[0]._parameters.get(slot[1]) is not self._marker
+        if not self._remark() and self._followed is None and (first := marker.first_trained()) is not None:
+            marker.put_on(first)
 
     def _replaced(self) -> bool:
         """Whether the marker is no longer its module's parameter; if so, asks for the weights again."""
-        if not self._slot_stale() or self._on_replaced is None:
+        if not self._marker.stale() or self._on_replaced is None:
             return False
-        self._slot = None  # asked once per marker
+        self._marker.forget_slot()  # asked once per marker
         self._on_replaced()
         return True
-
-    def _mark(self, weight: torch.nn.Parameter) -> None:
-        """Put the marker hook on ``weight``."""
-        if self._marker_handle is not None:
-            self._marker_handle.remove()
-        self._marker = weight
-        self._slot = self._slot_of(weight)
-        self._marker_handle = weight.register_post_accumulate_grad_hook(Hook(lambda _: call_weakly(self._this, "_backward")))
-
-    def _slot_of(self, weight: torch.nn.Parameter) -> Optional[tuple[torch.nn.Module, str]]:
-        """Where the model holds ``weight``: its module and name (None where unknown)."""
-        if self._modules is None:
-            return None
-        module = self._modules[next(i for i, w in enumerate(self._weights) if w is weight)]
-        name = next((name for name, param in module._parameters.items() if param is weight), None)
-        return None if name is None else (module, name)
 
     def _remark(self) -> bool:
         """The marker was frozen: move it to the first weight still trained (by the followed optimizer,
         if any). Whether it moved."""
         followed = self._followed() if self._followed is not None else None
-        weight = self._first_trained(followed)
-        if weight is None or weight is self._marker:
+        weight = self._marker.first_trained(followed)
+        if weight is None or weight is self._marker.weight:
             return False
-        self._mark(weight)
+        self._marker.put_on(weight)
         return True
 
     def _follow_candidate(self) -> None:
         optimizer = self._candidate()
-        weight = self._first_trained(optimizer)
+        weight = self._marker.first_trained(optimizer)
         if weight is not None:
-            stand_in = weight is not self._first_trained()  # it holds no first layer (a head, a discriminator)
+            stand_in = weight is not self._marker.first_trained()  # it holds no first layer (a head, a discriminator)
             self._followed, self._stand_in = weakref.ref(optimizer), self._last if stand_in else False
-            self._mark(weight)
-
-    def _first_trained(self, optimizer: Optional[torch.optim.Optimizer] = None) -> Optional[torch.nn.Parameter]:
-        """The first weight that requires grad (and that ``optimizer`` steps, if given)."""
-        held = held_ids(optimizer) if optimizer is not None else None
-        return next((w for w in self._weights if w.requires_grad and (held is None or id(w) in held)), None)
+            self._marker.put_on(weight)
 
     def _backward(self) -> None:
         if self._skipped is not None and self._skipped.waiting:
-            self._skipped.backward(self._marker)
+            self._skipped.backward(self._marker.weight)
         if self._fresh:
             self._uncounted += 1
         self._backward_seen = self._fresh = True
@@ -242,7 +207,7 @@ class IterationFollower:
     def _before_step(self, optimizer: torch.optim.Optimizer) -> None:
         if self._skipped is not None and self._skipped.waiting and self._known() is optimizer:
             self._skipped.confirm()
-        if self._backward_seen and self._marker_missed():
+        if self._backward_seen and self._marker.missed():
             # The marker missed the backward that this step applies (frozen, or replaced): it moves,
             # and the step shows that a backward ran.
             self._fresh = self._replaced() or self._remark() or self._fresh
@@ -285,19 +250,19 @@ class IterationFollower:
             # (a fine-tuning optimizer over the head only, the trunk left out but not frozen). Followed from here.
             self._follow_candidate()
             return self._followed is not None
-        if self._stand_in is not False and (first := self._first_trained()) is not None and id(first) in held_ids(optimizer):
+        if self._stand_in is not False and (first := self._marker.first_trained()) is not None and id(first) in held_ids(optimizer):
             # One that steps the first layer after all (a GAN's generator, once the discriminator's backward
             # through it made the discriminator's optimizer the candidate): followed, counting on from before.
             self._followed, self._last, self._stand_in = weakref.ref(optimizer), self._stand_in, False
-            self._mark(first)
+            self._marker.put_on(first)
             return True
         if self._ignored.fresh(optimizer):
             return False
         held = held_ids(optimizer)
-        if id(self._marker) in held:  # the first to step the marker, or one built anew for it mid-run
+        if id(self._marker.weight) in held:  # the first to step the marker, or one built anew for it mid-run
             self._followed = weakref.ref(optimizer)
             return True
-        stepping = steps_any(held, self._weights)
+        stepping = steps_any(held, self._marker.weights)
         self._ignored.put(optimizer, stepping)  # looked at again once add_param_group changed it
         if self._candidate is None and stepping:
             self._candidate = weakref.ref(optimizer)
@@ -312,5 +277,5 @@ class IterationFollower:
 
     def _consider(self, optimizer: torch.optim.Optimizer) -> None:
         """An optimizer stepped after a call counted the backward: the one to follow if it steps the model."""
-        if steps_any(held_ids(optimizer), self._weights):
+        if steps_any(held_ids(optimizer), self._marker.weights):
             self._candidate = weakref.ref(optimizer)
