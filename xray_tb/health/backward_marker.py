@@ -52,7 +52,7 @@ class BackwardMarker:
 
     def missed(self) -> bool:
         """Whether the marker can no longer see backwards: frozen, or no longer its module's parameter."""
-        return self.frozen() or (self.weight is not None and self.stale())
+        return self.frozen() or self.stale()
 
     def stale(self) -> bool:
         """Whether the model holds another parameter where the marked weight was (``load_state_dict(..., assign=True)``)."""

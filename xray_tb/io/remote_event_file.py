@@ -81,7 +81,6 @@ class RemoteEventFile:
         #: Where segments waiting for upload are spilled (created when the first one is).
         self.spool = os.path.join(spool_root(), self._stem)
         self._pending: list[bytes] = []
-        self._closed = False
         self._next_index = 0
         # the settings are this module's constants, read at each use: a change to them takes effect at once
         settings = sys.modules[__name__]
@@ -101,7 +100,7 @@ class RemoteEventFile:
 
     def add_event(self, event: event_pb2.Event) -> None:
         """Buffer one event; it is uploaded after the next :meth:`flush`."""
-        if self._closed:
+        if self._uploader.closed:
             raise OSError(f"event file {self.path} is closed")
         self._pending.append(encode_record(event))
 
@@ -109,7 +108,7 @@ class RemoteEventFile:
         """Freeze the buffered records into a segment and queue it for upload; with ``timeout``, also
         :meth:`wait` for every queued segment. The first segment is uploaded at once, and raises
         :class:`~xray_tb.io.storage.RemoteStorageError` when it cannot be."""
-        if not self._closed and self._pending:
+        if not self._uploader.closed and self._pending:
             self._uploader.add(self._freeze())
         if timeout is not None:
             self.wait(timeout)
@@ -117,9 +116,8 @@ class RemoteEventFile:
     def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
         """Queue what is buffered, stop accepting records, and :meth:`wait` up to ``timeout`` seconds.
         Calling it again waits again."""
-        if not self._closed:
+        if not self._uploader.closed:
             self.flush()
-            self._closed = True
             self._uploader.close()
         self.wait(timeout)
 

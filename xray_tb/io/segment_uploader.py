@@ -54,7 +54,6 @@ class SegmentUploader:
     ):
         self.logdir = logdir
         self._stem = stem
-        self._spool = spool
         self._segment_path = segment_path
         self._settings = settings
         self._queue = SegmentQueue(spool, stem)  # waiting for upload, in order
@@ -66,6 +65,11 @@ class SegmentUploader:
         self._wake = False
         #: The objects uploaded so far, in order.
         self.paths: list[str] = []
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called: no segment comes any more."""
+        return self._closed
 
     @property
     def waiting(self) -> int:
@@ -98,14 +102,14 @@ class SegmentUploader:
             if not self._queue:
                 return
             self._queue.spill_all()
-            waiting, size = len(self._queue), self._queue.size
+            waiting, size, spool = len(self._queue), self._queue.size, self._queue.spool
         raise UploadIncompleteError(
             f"{waiting} segments of Xray's event file ({size_text(size)}, one per capture, plan or health write) were not "
-            f"uploaded to {self.logdir} within {timeout:g} s; they are kept in {self._spool} and still being retried. "
+            f"uploaded to {self.logdir} within {timeout:g} s; they are kept in {spool} and still being retried. "
             "Call xray.flush(timeout=...) (or xray.close() again) once the store answers; if this process ends "
-            f"first, copy the files of {self._spool} into {self.logdir}/",
+            f"first, copy the files of {spool} into {self.logdir}/",
             waiting,
-            self._spool,
+            spool,
         )
 
     def _enqueue(self, segment: Segment) -> None:
