@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 
 from xray_tb.health import reductions
@@ -45,11 +46,32 @@ def test_signed_sums_through_the_scratch_chunks_equal_per_tensor_sums(monkeypatc
                torch.randn(3, generator=generator), torch.randn(8, 8, generator=generator), torch.tensor([1.0, math.nan])]
     plan = reductions._ChunkPlan(members)
     assert plan.large == [2] and len(plan.chunks) >= 2 and plan.scratch.numel() <= 64
-    for _ in range(2):  # the scratch is reused from call to call
+    assert plan.scratch.untyped_storage().nbytes() == 0  # no memory held between calls
+    for _ in range(2):  # the scratch's layout is reused from call to call
         sums = plan.sums(members)
+        assert plan.scratch.untyped_storage().nbytes() == 0  # its memory went back after the call
         for t, value in zip(members, sums):
             assert close(float(value), float(reference(t, "sum")), rtol=1e-5)
     assert [float(s) for s in reductions.SignedSums()(members)][:5] == [float(t.sum()) for t in members][:5]
+
+
+def test_the_device_paths_signed_sums_hold_no_scratch_memory_between_calls(monkeypatch):
+    """Issue 20's held-memory goal on a GPU: the scratch's memory is there during a call only (its
+    storage resized to 0 after), even when a call fails, and the next call still sums right."""
+    from xray_tb.devices import device_path_on_cpu
+
+    members = [torch.randn(300, 4), torch.randn(17), torch.randn(2, 3, 5)]
+    sums = reductions.SignedSums()
+    with device_path_on_cpu():
+        for _ in range(2):
+            got = sums(members)
+            assert [float(v) for v in got] == pytest.approx([float(t.double().sum()) for t in members], rel=1e-5)
+            (plan,) = sums._plans.values()
+            assert plan.scratch.numel() == 1200 + 17 + 30 and plan.scratch.untyped_storage().nbytes() == 0
+        monkeypatch.setattr(torch, "segment_reduce", lambda *args, **kwargs: (_ for _ in ()).throw(RuntimeError("planted")))
+        with pytest.raises(RuntimeError, match="planted"):
+            sums(members)
+        assert plan.scratch.untyped_storage().nbytes() == 0
 
 
 def test_half_precision_norms_accumulate_in_float32():

@@ -2,9 +2,12 @@
 
 Tensors are grouped per (device, dtype); each group is reduced with PyTorch's multi-tensor
 ``_foreach_norm`` (ord 1, 2 and inf, the way ``clip_grad_norm_`` computes per-tensor norms). Signed
-sums have no multi-tensor op: on a GPU each group is copied (in float32) into a persistent scratch
-buffer of at most :data:`CHUNK` values, chunk by chunk, and summed per tensor with one
-``segment_reduce`` per chunk; nothing the size of the tensors is allocated per call. On a CPU, where
+sums have no multi-tensor op: on a GPU each group is copied (in float32) into a scratch buffer of at
+most :data:`CHUNK` values, chunk by chunk, and summed per tensor with one ``segment_reduce`` per
+chunk. The scratch and its views into it are made once per layout; its memory is taken from torch's
+caching allocator for the call only (its storage resized, as FSDP frees and refills its flat
+parameters), so between iterations Xray holds none of it and the training step's own allocations
+reuse it; the Python work per call does not grow with the number of tensors. On a CPU, where
 a kernel launch is a function call and ``sum`` runs at memory speed, each tensor is summed directly,
 and :class:`Summaries` reduces small tensors of one shape together (:mod:`xray_tb.health.cpu_batches`).
 
@@ -119,7 +122,7 @@ def _cpu_abs_maxima(members: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 class SignedSums:
-    """Each tensor's sum in float32 (see the module docstring); keeps its scratch between calls."""
+    """Each tensor's sum in float32 (see the module docstring); keeps its scratch's layout between calls."""
 
     def __init__(self):
         self._plans: dict = {}
@@ -133,14 +136,15 @@ class SignedSums:
         key = (members[0].device, tuple(map(_SHAPE, members)))
         plan = self._plans.get(key)
         if plan is None:
-            if len(self._plans) >= 4:  # each plan holds a scratch: keep only the recent layouts
+            if len(self._plans) >= 4:  # each plan keeps its views and lengths: only the recent layouts
                 self._plans.clear()
             plan = self._plans[key] = _ChunkPlan(members)
         return plan.sums(members)
 
 
 class _ChunkPlan:
-    """How one list of shapes is packed into chunks of the scratch buffer."""
+    """How one list of shapes is packed into chunks of the scratch buffer (whose memory is there only
+    while :meth:`sums` runs)."""
 
     def __init__(self, members: list[torch.Tensor]):
         device = members[0].device
@@ -161,6 +165,10 @@ class _ChunkPlan:
             positions.append(index)
             used += size
         self._close(positions, members)
+        # The views stay; the memory behind them is there during sums() only (module docstring).
+        self._storage = self.scratch.untyped_storage()
+        self._bytes = self._storage.nbytes()
+        self._storage.resize_(0)
 
     def _close(self, positions: list[int], members: list[torch.Tensor]) -> None:
         if not positions:
@@ -175,10 +183,14 @@ class _ChunkPlan:
 
     def sums(self, members: list[torch.Tensor]) -> list[torch.Tensor]:
         out: list[Optional[torch.Tensor]] = [None] * len(members)
-        for positions, views, lengths, used in self.chunks:
-            torch._foreach_copy_(views, [members[i] for i in positions])
-            for index, value in zip(positions, torch.segment_reduce(self.scratch[:used], "sum", lengths=lengths).unbind()):
-                out[index] = value
+        self._storage.resize_(self._bytes)  # on a GPU, a block from the caching allocator (no device sync)
+        try:
+            for positions, views, lengths, used in self.chunks:
+                torch._foreach_copy_(views, [members[i] for i in positions])
+                for index, value in zip(positions, torch.segment_reduce(self.scratch[:used], "sum", lengths=lengths).unbind()):
+                    out[index] = value
+        finally:
+            self._storage.resize_(0)  # back to the allocator, ordered on the stream after the reductions
         for index in self.large:
             out[index] = members[index].sum(dtype=torch.float32)
         return out
@@ -188,7 +200,7 @@ class Summaries:
     """Per-tensor statistics of a list of tensors, as one float32 vector per statistic (a value per tensor,
     in input order, on the tensors' device): ``"sum"`` (signed), ``"l1"``, ``"l2"`` and ``"absmax"``. On
     a GPU, the batched reductions above; on a CPU, small tensors of one shape as the rows of one matrix
-    (:mod:`xray_tb.health.cpu_batches`), the others one by one. Keeps the signed sums' scratch."""
+    (:mod:`xray_tb.health.cpu_batches`), the others one by one. Keeps the signed sums' scratch layouts."""
 
     def __init__(self):
         self._sums = SignedSums()
