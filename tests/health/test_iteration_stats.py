@@ -244,3 +244,74 @@ def test_the_update_ratio_skips_an_iteration_whose_weight_changed_shape_since_th
         measured = ratio.compute(IterationView(stepped, [None, None], nan, 2))  # from the copy of iteration 1
     np.testing.assert_allclose(measured["update_l2"].numpy(), [math.sqrt(6), math.sqrt(5)], rtol=1e-6)
     np.testing.assert_allclose(measured["update_base_l2"].numpy(), [math.sqrt(24), math.sqrt(5)], rtol=1e-6)
+
+
+@pytest.mark.parametrize("how", ["one-optimizer", "two-optimizers", "by-hand"])
+def test_the_weights_copy_lives_until_the_optimizer_step_only_and_the_ratio_stays_exact(tmp_path, how):
+    """The update ratio's copy of the weights is dropped right after the optimizer step that makes the
+    update (each optimizer's weights after its own step), not held through the next forward and
+    backward; the ratio is still ||w(s) - w(s-1)|| / ||w(s-1)||. An update by hand, which no step hook
+    sees, keeps its copies until the next iteration, as before."""
+    model = relu_mlp()
+    linears = [module for module in model if isinstance(module, nn.Linear)]
+    if how == "one-optimizer":
+        optimizers = [torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)]
+    elif how == "two-optimizers":
+        optimizers = [torch.optim.SGD(linears[0].parameters(), lr=0.1),
+                      torch.optim.Adam([p for m in linears[1:] for p in m.parameters()], lr=0.01)]
+    else:
+        optimizers = []
+    before: dict = {}
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10, health=HealthOptions(every=1, update_every=3)) as xray:
+        ratio = xray._health.monitor.families.update_ratio
+        for step, (x, y) in enumerate(batches(STEPS)):
+            model.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            before[step] = [m.weight.detach().double().numpy().copy() for m in linears]
+            xray.take_graphs()
+            assert ratio.held_copies == (3 if step % 3 == 0 else 0), step
+            if not optimizers:
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p -= 0.1 * p.grad
+            for k, optimizer in enumerate(optimizers):
+                optimizer.step()
+                if how == "two-optimizers" and k == 0 and step % 3 == 0:
+                    assert ratio.held_copies == 2  # the first optimizer's weight is measured, the others wait
+            assert ratio.held_copies == (3 if step % 3 == 0 and not optimizers else 0), step
+    written = scalars(tmp_path)
+    for k, layer in enumerate(("0", "2", "4")):
+        ratios = written[(layer, "update_ratio")]
+        assert sorted(ratios) == list(range(1, STEPS, 3))
+        for step in ratios:
+            previous = before[step - 1][k]
+            assert ratios[step] == pytest.approx(np.linalg.norm(before[step][k] - previous) / np.linalg.norm(previous), rel=1e-4)
+
+
+def test_a_failure_while_measuring_the_update_at_the_step_costs_that_ratio_only(tmp_path, monkeypatch):
+    """The update is measured inside the user's optimizer.step(): a failure there is not raised into it.
+    That update has no ratio, its copies are dropped, and the next copies measure as before."""
+    from xray_tb.health.stats import update
+
+    model, data = relu_mlp(), batches(8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    failing = {"on": False}
+    real_norms = update._Copy._norms
+
+    def norms(self, *args):
+        if failing["on"]:
+            raise RuntimeError("planted")
+        return real_norms(self, *args)
+
+    monkeypatch.setattr(update._Copy, "_norms", norms)
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10, health=HealthOptions(every=1, update_every=3)) as xray:
+        ratio = xray._health.monitor.families.update_ratio
+        for step, (x, y) in enumerate(data):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            xray.take_graphs()
+            failing["on"] = step == 3
+            optimizer.step()  # raises nothing
+            failing["on"] = False
+            assert ratio.held_copies == 0
+    assert sorted(scalars(tmp_path)[("0", "update_ratio")]) == [1, 7]
