@@ -315,3 +315,30 @@ def test_a_failure_while_measuring_the_update_at_the_step_costs_that_ratio_only(
             failing["on"] = False
             assert ratio.held_copies == 0
     assert sorted(scalars(tmp_path)[("0", "update_ratio")]) == [1, 7]
+
+
+def test_two_xrays_training_side_by_side_measure_their_updates_at_each_step(tmp_path):
+    """Two recordings in one process, each with its optimizer: every step runs both update ratios'
+    step hooks (torch iterates one table of global hooks, which no hook changes while it runs), and
+    each ratio is its own model's."""
+    models = [relu_mlp(seed=0), relu_mlp(seed=1)]
+    optimizers = [torch.optim.SGD(models[0].parameters(), lr=0.1), torch.optim.Adam(models[1].parameters(), lr=0.01)]
+    before: dict = {0: {}, 1: {}}
+    with contextlib.ExitStack() as stack:
+        xrays = [stack.enter_context(Xray(model, input_size=(16,), logdir=str(tmp_path / f"run{k}"), every=10,
+                                          health=HealthOptions(every=1, update_every=2))) for k, model in enumerate(models)]
+        for step, (x, y) in enumerate(batches(10)):
+            for k, (model, xray, optimizer) in enumerate(zip(models, xrays, optimizers)):
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                before[k][step] = model[0].weight.detach().double().numpy().copy()
+                xray.take_graphs()
+            for k, optimizer in enumerate(optimizers):
+                optimizer.step()
+                assert xrays[k]._health.monitor.families.update_ratio.held_copies == 0
+    for k in (0, 1):
+        ratios = scalars(tmp_path / f"run{k}")[("0", "update_ratio")]
+        assert sorted(ratios) == [1, 3, 5, 7, 9]
+        for step, got in ratios.items():
+            previous = before[k][step - 1]
+            assert got == pytest.approx(np.linalg.norm(before[k][step] - previous) / np.linalg.norm(previous), rel=1e-4)

@@ -347,8 +347,9 @@ def test_the_weight_version_hooks_are_removed_at_close(tmp_path):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     with Xray(model, input_size=(16,), logdir=str(tmp_path)) as xray:
         train(model, xray, optimizer, 3)
-        # the weights' versions, and the forward replay's (an optimizer step drops the forwards it keeps)
-        assert len(_global_optimizer_post_hooks) == len(before[1]) + 2
+        # the weights' versions, the forward replay's (an optimizer step drops the forwards it keeps) and
+        # the update ratio's (its copy is measured and dropped right after the step)
+        assert len(_global_optimizer_post_hooks) == len(before[1]) + 3
     assert (dict(_global_optimizer_pre_hooks), dict(_global_optimizer_post_hooks)) == before
 
 

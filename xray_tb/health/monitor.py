@@ -323,7 +323,7 @@ class HealthMonitor:
             if self.inputs is not None:
                 self.inputs.remove()
             self._sentinel.remove()
-            self.families.update_ratio.forget()  # its copy and its step hook
+            self.families.update_ratio.remove()  # its copy and its step hook
             self._loads.remove()
             self._writer.sink = None
 

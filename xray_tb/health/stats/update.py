@@ -7,7 +7,9 @@ columns (``update_l2``, ``update_base_l2``), divided on the host, so that the no
 weight's shards combine before the division.
 
 The copy lives only until the update it measures is made: right after the next ``torch.optim`` step
-(a global step post-hook, there while a copy waits), ‖Δw‖ of the weights that optimizer stepped is
+(a global step post-hook, which returns at once while no copy waits; registered with the statistic and
+removed by :meth:`UpdateRatio.remove`, never from inside a step, whose hook table torch is then
+iterating), ‖Δw‖ of the weights that optimizer stepped is
 taken and their copies are dropped, so the copy is never held through a forward and backward, where it
 would add the model's size to the step's peak (500 MB on a GPT-2 small). The values are the same as at
 iteration i + 1 unless something writes the weights between the step and that iteration. Weights that
@@ -48,7 +50,8 @@ class UpdateRatio(IterationStatistic):
         self._stepped: PerOptimizer[list[int]] = PerOptimizer()  # per optimizer: the positions of the weights it steps
         self._weights: Optional[list[torch.Tensor]] = None  # the list those positions index
         self._generation = 0  # counts the lists of weights, so that what is kept per optimizer is renewed
-        self._hook = None  # the global step post-hook, there while a copy waits
+        this = weakref.ref(self)
+        self._hook = register_optimizer_step_post_hook(Hook(lambda optimizer, args, kwargs: call_weakly(this, "_after_step", optimizer)))
 
     def compute(self, view: IterationView) -> dict[str, Union[list, torch.Tensor]]:
         """Both norms as vectors at the iteration after a copy; lists of None (no value) otherwise."""
@@ -56,7 +59,6 @@ class UpdateRatio(IterationStatistic):
         bases: Union[list, torch.Tensor] = list(updates)
         if self._copy is not None:
             copy, self._copy = self._copy, None
-            self._unwatch()
             updates, bases = copy.measure(view.weights, self._summaries)
         if view.index % self._every == 0:
             if view.weights is not self._weights:
@@ -64,7 +66,6 @@ class UpdateRatio(IterationStatistic):
             with torch.no_grad():  # one multi-tensor op, whatever the number of layers (x * 1.0 is x, bit for bit)
                 copies = list(torch._foreach_mul(view.weights, 1.0))
             self._copy = _Copy(copies, self._summaries(copies, ("l2",), view.weights)["l2"], view.weights)
-            self._watch()
         return {"update_l2": updates, "update_base_l2": bases}
 
     def finalize(self, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -82,17 +83,13 @@ class UpdateRatio(IterationStatistic):
         return 0 if self._copy is None else self._copy.open
 
     def forget(self) -> None:
-        """Drop the kept copy (the weights were replaced, e.g. by pruning) and the step hook; idempotent."""
+        """Drop the kept copy (the weights were replaced, e.g. by pruning)."""
         self._copy = None
-        self._unwatch()
         self._stepped.clear()
 
-    def _watch(self) -> None:
-        if self._hook is None:
-            this = weakref.ref(self)
-            self._hook = register_optimizer_step_post_hook(Hook(lambda optimizer, args, kwargs: call_weakly(this, "_after_step", optimizer)))
-
-    def _unwatch(self) -> None:
+    def remove(self) -> None:
+        """Drop the copy and remove the step hook (idempotent; at close, not inside an optimizer step)."""
+        self.forget()
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
@@ -100,7 +97,7 @@ class UpdateRatio(IterationStatistic):
     def _after_step(self, optimizer: torch.optim.Optimizer) -> None:
         """An optimizer stepped while a copy waits: measure the weights it steps now, and drop their copies."""
         copy, weights = self._copy, self._weights
-        if copy is None or weights is None:
+        if copy is None or weights is None or copy.open == 0:  # most steps: nothing waits
             return
 
         def positions() -> list[int]:
@@ -112,10 +109,6 @@ class UpdateRatio(IterationStatistic):
                 copy.measure_stepped(self._stepped.get(optimizer, positions, key=self._generation), self._summaries)
         except Exception:  # noqa: BLE001 - this update goes unmeasured (the copies may be half subtracted)
             copy.spoil()  # the next iteration is still measured, as on every rank (FSDP): with no ratio
-            self._unwatch()
-            return
-        if copy.open == 0:
-            self._unwatch()
 
 
 class _Copy:
