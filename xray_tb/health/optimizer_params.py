@@ -16,6 +16,12 @@ def held_ids(optimizer: torch.optim.Optimizer) -> set[int]:
     return {id(p) for group in optimizer.param_groups for p in group["params"]}
 
 
+def stepped_positions(optimizer: torch.optim.Optimizer, tensors: list[torch.Tensor]) -> list[int]:
+    """The positions in ``tensors`` of the parameters ``optimizer`` steps, in order."""
+    held = held_ids(optimizer)
+    return [i for i, tensor in enumerate(tensors) if id(tensor) in held]
+
+
 def steps_any(held: set[int], weights: list[torch.Tensor]) -> bool:
     """Whether any of ``weights`` is among ``held`` (:func:`held_ids`); asked when an optimizer is first seen,
     so the weights' ids are not kept (a set of them was 50 KB on 1,000 layers, held for the run)."""

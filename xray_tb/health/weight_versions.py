@@ -31,7 +31,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from xray_tb.capture.hooks import Hook, call_weakly
-from xray_tb.health.optimizer_params import PerOptimizer, held_ids
+from xray_tb.health.optimizer_params import PerOptimizer, stepped_positions
 
 #: The fewest values a weight must hold to be followed rather than read at every check.
 MIN_SIZE = 1 << 14
@@ -90,11 +90,8 @@ class WeightVersions:
         """The slots of the followed weights ``optimizer`` steps (looked at again when its parameters or
         the followed weights change). A weight it steps that is missed here keeps its old mark, which its
         new version no longer matches: it is read at the next check."""
-        def slots() -> list[int]:
-            held = held_ids(optimizer)
-            return [slot for slot, i in enumerate(self._followed) if id(self._weights[i]) in held]
-
-        return self._stepped.get(optimizer, slots, key=self._generation)
+        followed = lambda: stepped_positions(optimizer, [self._weights[i] for i in self._followed])  # noqa: E731
+        return self._stepped.get(optimizer, followed, key=self._generation)
 
     def _after_step(self) -> None:
         before, self._before = self._before, None

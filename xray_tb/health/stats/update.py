@@ -31,7 +31,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from xray_tb.capture.hooks import Hook, call_weakly
 from xray_tb.health import reductions
-from xray_tb.health.optimizer_params import PerOptimizer, held_ids
+from xray_tb.health.optimizer_params import PerOptimizer, stepped_positions
 from xray_tb.health.stats.base import IterationStatistic, IterationView
 
 
@@ -48,7 +48,7 @@ class UpdateRatio(IterationStatistic):
         self._copy: Optional[_Copy] = None  # the weights copied at the last update iteration, until measured
         self._summaries = reductions.Summaries()
         self._stepped: PerOptimizer[list[int]] = PerOptimizer()  # per optimizer: the positions of the weights it steps
-        self._weights: Optional[list[torch.Tensor]] = None  # the list those positions index
+        self._weights: Optional[list[torch.Tensor]] = None  # the list of the last copy, which those positions index
         self._generation = 0  # counts the lists of weights, so that what is kept per optimizer is renewed
         this = weakref.ref(self)
         self._hook = register_optimizer_step_post_hook(Hook(lambda optimizer, args, kwargs: call_weakly(this, "_after_step", optimizer)))
@@ -96,17 +96,13 @@ class UpdateRatio(IterationStatistic):
 
     def _after_step(self, optimizer: torch.optim.Optimizer) -> None:
         """An optimizer stepped while a copy waits: measure the weights it steps now, and drop their copies."""
-        copy, weights = self._copy, self._weights
-        if copy is None or weights is None or copy.open == 0:  # most steps: nothing waits
+        copy = self._copy
+        if copy is None or copy.open == 0:  # most steps: nothing waits
             return
-
-        def positions() -> list[int]:
-            held = held_ids(optimizer)
-            return [i for i, weight in enumerate(weights) if id(weight) in held]
-
         try:  # inside the user's optimizer.step(): a failure here must not stop training
+            positions = self._stepped.get(optimizer, lambda: stepped_positions(optimizer, copy.weights), key=self._generation)
             with torch.no_grad():
-                copy.measure_stepped(self._stepped.get(optimizer, positions, key=self._generation), self._summaries)
+                copy.measure_stepped(positions, self._summaries)
         except Exception:  # noqa: BLE001 - this update goes unmeasured (the copies may be half subtracted)
             copy.spoil()  # the next iteration is still measured, as on every rank (FSDP): with no ratio
 
@@ -129,9 +125,7 @@ class _Copy:
 
     def measure_stepped(self, positions: list[int], summaries: reductions.Summaries) -> None:
         """‖Δw‖ of the weights at ``positions`` whose copies wait, now; their copies are dropped."""
-        if len(positions) == len(self.copies) and self.open == len(self.copies):  # the usual case: one optimizer, every weight
-            positions = list(range(len(self.copies)))
-        else:
+        if self.open < len(self.copies):  # another optimizer measured some already
             positions = [i for i in positions if self.copies[i] is not None]
         norms = self._norms(positions, self.weights, summaries) if positions else None
         if norms is not None:  # (a weight whose shape changed keeps its copy: the next iteration gives no value)
