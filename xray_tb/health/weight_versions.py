@@ -90,8 +90,8 @@ class WeightVersions:
         """The slots of the followed weights ``optimizer`` steps (looked at again when its parameters or
         the followed weights change). A weight it steps that is missed here keeps its old mark, which its
         new version no longer matches: it is read at the next check."""
-        followed = lambda: stepped_positions(optimizer, [self._weights[i] for i in self._followed])  # noqa: E731
-        return self._stepped.get(optimizer, followed, key=self._generation)
+        return self._stepped.get(optimizer, lambda: stepped_positions(optimizer, [self._weights[i] for i in self._followed]),
+                                 key=self._generation)
 
     def _after_step(self) -> None:
         before, self._before = self._before, None
