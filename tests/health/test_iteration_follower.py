@@ -130,6 +130,28 @@ def test_clipping_between_take_graphs_and_the_step_gives_one_consistent_series(t
     np.testing.assert_allclose(values[layers.index("2"), 1:], [clipped[s] for s in range(1, 41)], rtol=1e-5)
 
 
+@pytest.mark.parametrize("write", ["in place", "replaced"])
+def test_a_gradient_made_infinite_after_a_call_every_step_is_named_at_that_step(tmp_path, write):
+    """take_graphs() after every backward counts the iteration itself; a gradient that goes infinite after
+    it, before the optimizer step applies it, is found by the check before that step: at its step, as a
+    gradient, not as the weights it spreads to."""
+    model, optimizer = small_model()
+    with Xray(model, torch.randn(8, 8), logdir=str(tmp_path), every=10) as xray:
+        for step in range(45):
+            optimizer.zero_grad()
+            F.cross_entropy(model(torch.randn(8, 8)), torch.randint(0, 4, (8,))).backward()
+            xray.take_graphs()
+            if step == 37:
+                grad = model[2].weight.grad
+                if write == "in place":
+                    grad[1, 1] = math.inf
+                else:
+                    model[2].weight.grad = grad * math.inf
+            optimizer.step()
+        assert xray.first_nonfinite == NonFinite(step=37, layer="2", kind="weight_grad")
+        assert [(f.step, f.layer) for f in xray.findings() if f.rule == "nonfinite"] == [(37, "2")]
+
+
 def test_a_hand_written_update_warns_that_only_take_graphs_calls_are_checked(tmp_path):
     model, _ = small_model()
     with Xray(model, torch.randn(8, 8), logdir=str(tmp_path)) as xray:

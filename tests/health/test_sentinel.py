@@ -307,24 +307,29 @@ def test_a_large_weight_only_the_optimizer_stepped_is_not_read_again(tmp_path, o
                 assert sorted(sums.read) == sorted([*read, id(model.second.weight)])
 
 
-def test_a_gradient_clipped_after_the_check_leaves_its_weight_read_at_the_next_one(tmp_path):
+def test_a_gradient_clipped_after_the_call_is_read_again_before_the_step_and_its_weight_stays_clean(tmp_path):
+    """take_graphs() checks the iteration, clip_grad_norm_ then writes the gradients in place: before the
+    optimizer step the sentinel reads again the gradient that changed (the one the step applies), not the
+    one that did not, and the weight stepped from it is not read at the next check."""
     model = wide_layers()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     with Xray(model, input_size=(16,), logdir=str(tmp_path), every=at([]), health=HealthOptions(every=1000)) as xray:
         for step, (x, y) in enumerate(batches(6)):
             optimizer.zero_grad()
             F.cross_entropy(model(x), y).backward()
-            with _SumsRead() as sums:
+            with _SumsRead() as at_call:
                 xray.take_graphs()
             torch.nn.utils.clip_grad_norm_(model.second.parameters(), 1e-3)  # in place, after the check
-            optimizer.step()
+            with _SumsRead() as at_step:
+                optimizer.step()
             if step >= 4:
-                assert id(model.second.weight) in sums.read and id(model.first.weight) not in sums.read
+                assert id(model.second.weight) not in at_call.read and id(model.first.weight) not in at_call.read
+                assert id(model.second.weight.grad) in at_step.read and id(model.first.weight.grad) not in at_step.read
 
 
-def test_an_infinite_weight_written_between_the_check_and_the_step_is_named_at_the_next_forward(tmp_path):
-    """Written after take_graphs() read the weights, before the optimizer steps from them: the forward
-    of the next iteration is the first to use it, and a ReLU hides it from every gradient."""
+def test_an_infinite_weight_written_between_the_call_and_the_step_is_named_at_that_iteration(tmp_path):
+    """Written after take_graphs() read the weights, before the optimizer steps from them (a ReLU hides it
+    from every gradient of the next iteration): the check before that step finds it."""
     model = wide_layers()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10) as xray:
@@ -336,7 +341,7 @@ def test_an_infinite_weight_written_between_the_check_and_the_step_is_named_at_t
                 with torch.no_grad():
                     model.first.weight[0, :] = -math.inf
             optimizer.step()
-        assert xray.first_nonfinite == NonFinite(step=18, layer="first", kind="weight")
+        assert xray.first_nonfinite == NonFinite(step=17, layer="first", kind="weight")
 
 
 def test_the_weight_version_hooks_are_removed_at_close(tmp_path):

@@ -239,6 +239,19 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
             found = xray.first_nonfinite
             result["nonfinite"] = None if found is None else [found.step, found.layer, found.kind]
             result["messages"] = [f.message for f in xray.findings() if f.rule == "nonfinite"]
+        elif case == "weight_one_rank":  # a NaN written into rank 1's copy of a weight at step 3, no health step
+            ddp = DistributedDataParallel(mlp())
+            x, y = (part[rank::WORLD] for part in full_batch())
+            xray = Xray(ddp, x, logdir=logdir, every=10, collective_timeout=10)
+            for step in range(6):
+                if step == 3 and rank == 1:
+                    with torch.no_grad():
+                        ddp.module[2].weight[0, 0] = float("nan")
+                ddp.zero_grad()
+                nn.MSELoss()(ddp(x), y).backward()
+                xray.take_graphs()
+            found = xray.first_nonfinite
+            result["nonfinite"] = None if found is None else [found.step, found.layer, found.kind]
         elif case == "late":  # rank 1's batch holds a NaN at step 3, after the last measured iteration (0 and 1)
             ddp = DistributedDataParallel(mlp())
             x, y = (part[rank::WORLD] for part in full_batch())

@@ -103,6 +103,17 @@ def test_a_nan_after_the_last_measured_iteration_is_reported_once_at_close_as_in
     assert [xray.first_nonfinite.step, xray.first_nonfinite.layer, xray.first_nonfinite.kind] == [3, "0", "output"]
 
 
+def test_a_nan_in_one_ranks_weight_between_health_steps_is_reported_once_without_a_hang(tmp_path):
+    # Rank 1 finds its own weight, rank 0 only the all-reduced gradients: both still run the forward of
+    # step 3 again and combine their activation checks (their finds agree on the gradients), where rank 0
+    # alone used to wait in that collective until the timeout.
+    results = run_ranks("weight_one_rank", tmp_path)
+    assert [result.get("error") for result in results] == [None, None]
+    assert [result["nonfinite"][:2] for result in results] == [[3, "2"], [3, "2"]]
+    assert results[1]["nonfinite"][2] == "weight"  # what each rank saw: rank 0 its gradient (or output)
+    assert [(f.rule, f.step, f.layer) for f in reading.findings(str(tmp_path)) if f.rule == "nonfinite"] == [("nonfinite", 3, "2")]
+
+
 def test_on_the_device_path_a_nan_in_rank_ones_batch_is_named_where_it_entered_by_both_ranks(tmp_path):
     # The accelerator's path, forced on the CPU: the sentinel's finds stay on the device, and no forward is
     # run again. Rank 1's batch at step 13 (between captures) holds the NaN: each rank flags its own batch,

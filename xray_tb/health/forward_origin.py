@@ -48,8 +48,13 @@ class ForwardOrigin:
     def at_find(self, step: int, taken: bool) -> bool:
         """The sentinel found gradients only at ``step`` (``taken``: its activations were measured already):
         run its forward again and file where the NaN entered (in one process; under DDP the ranks' batches
-        differ, and their activation checks are combined instead). Whether it measured the activations."""
-        if self._replay is None or not self._sentinel.gradients_only(step) or (taken and self._group is not None):
+        differ, and their activation checks are combined instead). Whether it measured the activations.
+
+        Under DDP every rank takes part in that collective when its find flags a gradient: gradients are
+        reduced together, so the ranks agree, even where one rank's weights alone hold the NaN."""
+        if self._replay is None or (taken and self._group is not None):
+            return False
+        if not (self._sentinel.gradients_only(step) if self._group is None else self._sentinel.flags_gradients(step)):
             return False
         recorder = self._recorder if self.graph_of is None else every_output(self._model, self._scope, self.graph_of())
         own = recorder is not self._recorder

@@ -53,13 +53,14 @@ class IterationFollower:
     def __init__(self, weights: list[torch.nn.Parameter], iteration: Callable[[int], None], first_step: int,
                  modules: Optional[list[torch.nn.Module]] = None, on_replaced: Optional[Callable[[], None]] = None,
                  on_renumber: Optional[Callable[[int], bool]] = None, skipped: Optional[SkippedSteps] = None,
-                 check: Optional[Callable[[int], None]] = None):
+                 check: Optional[Callable[[int, bool], None]] = None):
         """``weights`` in dataflow order, each of the module at the same place in ``modules``;
         ``on_replaced`` is called when the marker is no longer its module's parameter (it should
         :meth:`rebind` the follower to the weights found again); ``on_renumber(delta)`` files the
         iterations counted before the first call ``delta`` steps later (whether it could); ``skipped`` withdraws
-        an iteration a call counted whose optimizer step did not run; ``check(step)`` checks the weights and
-        gradients for non-finite values before another optimizer of the model's weights steps first."""
+        an iteration a call counted whose optimizer step did not run; ``check(step, recheck)`` checks the weights
+        and gradients for non-finite values before another optimizer of the model's weights steps first, or
+        (``recheck``) before the optimizer step that follows a call that counted the iteration."""
         self._iteration = iteration
         self._check = check
         self._skipped = skipped
@@ -79,6 +80,8 @@ class IterationFollower:
         # then follows a step that did not run (a guard against a NaN loss, a scaler's overflow), and counts it.
         self._after_steps = False
         self._uncounted_calls = 0  # take_graphs() calls that found uncounted backwards, no optimizer followed
+        self._call_counted: Optional[int] = None  # the step of the iteration a call counted, until the next backward
+        self._steps_model: PerOptimizer[bool] = PerOptimizer()  # whether an optimizer steps some of the model's weights
         self._on_replaced = on_replaced
         self._on_renumber = on_renumber
         self._provisional: Optional[int] = 0  # iterations counted before a call named a step (None: one did)
@@ -118,6 +121,7 @@ class IterationFollower:
             if self._uncounted_calls == 2:  # not at the first: an accumulating loop's first optimizer step may be next
                 self._warn_uncounted()
         self._fresh, self._pending, self._uncounted = False, None, 0
+        self._call_counted = step
         if self._skipped is not None and self._known() is not None:
             self._skipped.counted_by_call(step, self._marker.weight)  # stands once the optimizer steps
         return True
@@ -203,6 +207,7 @@ class IterationFollower:
         if self._fresh:
             self._uncounted += 1
         self._backward_seen = self._fresh = True
+        self._call_counted = None
 
     def _before_step(self, optimizer: torch.optim.Optimizer) -> None:
         if self._skipped is not None and self._skipped.waiting and self._known() is optimizer:
@@ -214,6 +219,11 @@ class IterationFollower:
         if not self._fresh:
             if self._followed is None and self._candidate is None:
                 self._consider(optimizer)  # a call counted the backward: the next call that finds several may follow it
+            if self._call_counted is not None and self._check is not None and self._steps_model.get(
+                    optimizer, lambda: steps_any(held_ids(optimizer), self._marker.weights)):
+                # Its gradients may have changed since the call (clipped, written): the step applies them, so
+                # the sentinel looks again at what changed, for the first non-finite value at its iteration.
+                self._check(self._call_counted, True)
             return
         if not self._follows(optimizer):
             self._check_before(optimizer)

@@ -134,12 +134,13 @@ class HealthMonitor:
         if measure and max(len(self._iteration_rows), len(self._activation_rows)) >= self.options.flush_every:
             self.flush()
 
-    def check(self, step: int) -> None:
+    def check(self, step: int, recheck: bool = False) -> None:
         """The non-finite sentinel alone, on the weights and gradients as they are now (iteration ``step``,
-        before an optimizer other than the one that counts the iterations applies its gradients)."""
+        before an optimizer other than the one that counts the iterations applies its gradients; ``recheck``:
+        before the optimizer step that follows the ``take_graphs()`` call that measured it)."""
         if self._weights and not self._sentinel.done and self._shards is None:
             self._sentinel.check(step, self._weights, [weight.grad for weight in self._weights], self._biases,
-                                 None if self.inputs is None else self.inputs.flags(step))
+                                 None if self.inputs is None else self.inputs.flags(step), recheck)
             if self._sentinel.found_at == step and self._group is None and self.origin is not None:
                 if self.origin.at_find(step, self._taken == step):  # before that optimizer moves the weights
                     self._taken = step

@@ -92,9 +92,10 @@ class NonFiniteSentinel:
         return self.layout.count
 
     def check(self, step: int, weights: list[torch.Tensor], grads: list[Optional[torch.Tensor]],
-              biases: Optional[list[torch.Tensor]] = None, inputs: Optional[InputFlags] = None) -> None:
+              biases: Optional[list[torch.Tensor]] = None, inputs: Optional[InputFlags] = None, recheck: bool = False) -> None:
         """Check one iteration's weights and gradients (None for a missing gradient), and ``biases``;
-        ``inputs``: on an accelerator, the flags of the iteration's floating inputs (kept with a find)."""
+        ``inputs``: on an accelerator, the flags of the iteration's floating inputs (kept with a find);
+        ``recheck``: the iteration was checked already (on a CPU, what is unchanged since is not read again)."""
         with torch.no_grad():
             if self.overflows.waiting_step is not None:
                 self.settle(at_check=True)
@@ -102,7 +103,7 @@ class NonFiniteSentinel:
                 self._on_cpu = all(map(on_host, weights))
                 if self._on_cpu:
                     self._sums = CpuSums(follow_versions=not self.sharded)
-            if self._on_cpu and self._sums.finite(weights, grads):  # the common CPU case first
+            if self._on_cpu and self._sums.finite(weights, grads, recheck):  # the common CPU case first
                 self.overflows.clean()
                 return
             biases = biases or []
@@ -174,10 +175,20 @@ class NonFiniteSentinel:
     def gradients_only(self, step: int) -> bool:
         """Whether the find of iteration ``step`` on a CPU (kept, or held for its optimizer step) flags
         gradients and no weight or bias: the forward that made them may hold where it started."""
+        flags = self._cpu_find(step)
+        return flags is not None and self._gradients_only(flags)
+
+    def flags_gradients(self, step: int) -> bool:
+        """Whether the find of iteration ``step`` on a CPU flags a gradient, whatever else it flags: under
+        DDP the same on every rank (their gradients are reduced together), where their weights may differ."""
+        flags = self._cpu_find(step)
+        return flags is not None and self.layout.has_gradient(flags)
+
+    def _cpu_find(self, step: int) -> Optional[list[bool]]:
         for find in (self._found, self._pending):
             if find is not None and len(find) == 2 and find[0] == step:
-                return self._gradients_only(find[1])
-        return False
+                return find[1]
+        return None
 
     def _gradients_only(self, flags: list[bool]) -> bool:
         return self.layout.has_gradient(flags) and not any(self.layout.forward_only(flags))

@@ -136,9 +136,10 @@ class TrainingHealth:
                 warnings.warn(f"training health failed to agree with the other ranks at close ({type(error).__name__}: {error})",
                               stacklevel=user_stacklevel())
 
-    def _check_nonfinite(self, step: int) -> None:
-        """The sentinel alone, before an optimizer of other model weights steps first (a head's)."""
-        self._contained("checking for non-finite values at", step, lambda monitor: monitor.check(step))
+    def _check_nonfinite(self, step: int, recheck: bool = False) -> None:
+        """The sentinel alone, before an optimizer of other model weights steps first (a head's), or
+        (``recheck``) before the optimizer step that follows a call that measured the iteration."""
+        self._contained("checking for non-finite values at", step, lambda monitor: monitor.check(step, recheck))
 
     def activations_before_capture(self, step: int) -> None:
         self._contained("measuring", step, lambda monitor: monitor.activations_before_capture(step))
