@@ -342,3 +342,25 @@ def test_two_xrays_training_side_by_side_measure_their_updates_at_each_step(tmp_
         for step, got in ratios.items():
             previous = before[k][step - 1]
             assert got == pytest.approx(np.linalg.norm(before[k][step] - previous) / np.linalg.norm(previous), rel=1e-4)
+
+
+@pytest.mark.parametrize("value", [-math.inf, math.inf, math.nan], ids=["-inf", "inf", "nan"])
+def test_a_non_finite_gradient_has_the_statistics_torch_gives_it(tmp_path, value):
+    """A gradient holding -inf, inf or NaN: each statistic as torch computes it on that gradient (its
+    variance NaN, never a negative infinity), read back from the event files."""
+    model = relu_mlp(sizes=(16, 32, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10, health=HealthOptions(every=1)) as xray:
+        for step, (x, y) in enumerate(batches(3)):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            if step == 2:
+                model[2].weight.grad[0, 0] = value
+                g = model[2].weight.grad.double()
+                want = {"grad_mean": g.mean(), "grad_var": g.var(), "grad_absmax": g.abs().max(),
+                        "grad_l1": g.abs().sum(), "grad_l2": g.norm()}
+            xray.take_graphs()
+    written = scalars(tmp_path)
+    for stat, reference in want.items():
+        got, expected = written[("2", stat)][2], float(reference)
+        assert (math.isnan(got) and math.isnan(expected)) or got == expected, (stat, got, expected)

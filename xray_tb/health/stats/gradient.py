@@ -43,5 +43,5 @@ class GradientStatistics(IterationStatistic):
         mean = columns["grad_sum"] / n
         with np.errstate(all="ignore"):
             var = np.where(n > 1, np.maximum(l2 * l2 - n * mean * mean, 0.0) / np.maximum(n - 1, 1), np.nan)
-            var = np.where(np.isfinite(l2) & np.isfinite(mean), var, l2 * mean)  # a NaN or Inf stays non-finite
+            var = np.where(np.isfinite(l2) & np.isfinite(mean), var, np.nan)  # a NaN or Inf gradient: NaN, as torch.var
         return {"grad_mean": mean, "grad_absmax": columns["grad_absmax"], "grad_var": var, "grad_l1": columns["grad_l1"], "grad_l2": l2}
