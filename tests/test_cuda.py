@@ -201,3 +201,30 @@ def test_between_captures_no_iteration_reads_the_gpu_and_a_nan_is_still_named_ex
         assert {step: found for step, (captured, found) in reads.items() if captured is None and found and step > due[0]} == {}
         assert reads[due[1]][1], "a capture reads its frames back: the recorder above sees host reads"
         assert xray.first_nonfinite == NonFinite(step=23, layer="fc1", kind="weight")
+
+
+def test_a_gradient_made_infinite_after_a_call_is_named_at_its_step_and_an_untouched_one_is_not_read_again(tmp_path, device, monkeypatch):
+    """take_graphs() after every backward, before the optimizer step, counts the iteration (no
+    optimizer=): the check again before the step finds a gradient written after the call at its own
+    step, on the device as on a CPU, and dispatches no norm at all where nothing changed since the call."""
+    from xray_tb.health import reductions
+
+    torch.manual_seed(0)
+    model = ConvNet().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    norms = []
+    stacked = reductions.stacked_norms
+    monkeypatch.setattr(reductions, "stacked_norms", lambda *args, **kwargs: norms.append(1) or stacked(*args, **kwargs))
+    with Xray(model, input_size=(1, 6, 6), logdir=str(tmp_path), every=10) as xray:
+        for step in range(9):
+            x, y = torch.randn(8, 1, 6, 6, device=device), torch.randint(0, 3, (8,), device=device)
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            xray.take_graphs()
+            if step == 7:
+                model.fc2.weight.grad[0, 1] = math.inf
+            norms.clear()
+            optimizer.step()
+            if 2 <= step < 7:
+                assert norms == [], step  # untouched since the call: versions compared, nothing read
+        assert xray.first_nonfinite == NonFinite(step=7, layer="fc2", kind="weight_grad")

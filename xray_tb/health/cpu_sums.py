@@ -9,8 +9,6 @@ gradients are read."""
 from __future__ import annotations
 
 import math
-import operator
-import weakref
 from typing import Optional
 
 import torch
@@ -32,18 +30,12 @@ class CpuSums:
         #: Which weights need no reading; None: read them all.
         self.versions: Optional[WeightVersions] = WeightVersions() if follow_versions else None
         self._plans = cpu_batches.PlanMemo()  # the batches of the summed tensors, kept while their weights are the same
-        self._rechecked = False  # a recheck came: each finite check is noted for the next one
-        self._noted: Optional[tuple] = None  # (weights, weak references to the gradients, every version) at the last check
 
     def finite(self, weights: list[torch.Tensor], grads: list[Optional[torch.Tensor]], recheck: bool = False) -> bool:
         """Whether every gradient and every weight that may have changed is finite, as far as their sums
         tell (an overflowing sum says no: the caller then checks value by value). ``recheck``: the same
         iteration checked again (before its optimizer step): a large weight's gradient found finite at the
         last check and unchanged since is not read again."""
-        if recheck:
-            self._rechecked = True
-            if self._unchanged(weights, grads):  # the common case: nothing written between the call and the step
-                return True
         summed, owners = [], []  # each summed tensor's owner: its weight, of its shape (the batches' plan is kept for them)
         same = self.versions.same_grads(weights, grads) if recheck and self.versions is not None else frozenset()
         for position, (weight, grad) in enumerate(zip(weights, grads)):
@@ -64,27 +56,7 @@ class CpuSums:
             return False
         if self.versions is not None:
             self.versions.checked(weights, grads)
-        if self._rechecked and not recheck:
-            self._note(weights, grads)
         return True
-
-    def _note(self, weights: list[torch.Tensor], grads: list[Optional[torch.Tensor]]) -> None:
-        """What a recheck compares with: the gradients (held weakly) and every tensor's version, as found finite."""
-        present = [grad for grad in grads if grad is not None]
-        stamp = _stamp(weights, present)
-        if stamp is None or not all(grad.layout == torch.strided for grad in present):
-            self._noted = None
-        else:
-            self._noted = (weights, [grad is None for grad in grads], list(map(weakref.ref, present)), stamp)
-
-    def _unchanged(self, weights: list[torch.Tensor], grads: list[Optional[torch.Tensor]]) -> bool:
-        """Whether the weights and gradients are those found finite at the last check, none written since
-        (C-level maps: this runs right after a backward, when Python is slow)."""
-        noted, self._noted = self._noted, None
-        if noted is None or noted[0] is not weights or [grad is None for grad in grads] != noted[1]:
-            return False
-        present = [grad for grad in grads if grad is not None]
-        return all(map(operator.is_, map(_dereference, noted[2]), present)) and _stamp(weights, present) == noted[3]
 
     def remove(self) -> None:
         """Remove the optimizer hooks that keep the weights' clean marks (idempotent)."""
@@ -92,15 +64,3 @@ class CpuSums:
             self.versions.remove()
             self.versions = None
 
-
-_VERSION = operator.attrgetter("_version")
-_dereference = weakref.ref.__call__
-
-
-def _stamp(weights: list[torch.Tensor], grads: list[torch.Tensor]) -> Optional[tuple[list, list]]:
-    """Every tensor's version counter and where its data lies (``weight.data = ...`` bumps no version);
-    None where one has no version (an inference tensor)."""
-    try:
-        return [*map(_VERSION, weights), *map(_VERSION, grads)], [*map(torch.Tensor.data_ptr, weights), *map(torch.Tensor.data_ptr, grads)]
-    except RuntimeError:
-        return None

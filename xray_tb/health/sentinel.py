@@ -1,33 +1,17 @@
 """The non-finite sentinel: every training iteration, whatever the pace of the statistics, checks each
 weight (as the forward used it) and each gradient for NaN and infinity, so the first non-finite value
-is named at the iteration where it appeared and in the layer where it started.
+is named at the iteration where it appeared and in the layer where it started (docs/health.md).
 
-Cheap by construction, and without a host sync per iteration on a GPU:
-
-* on a GPU, one inf-norm per (device, dtype) group (``_foreach_norm``: NaN propagates, nothing
-  overflows) gives a flag per tensor; the flags of the first iteration with any flag, and its step,
-  are kept on the device (a few in-place ops, :mod:`xray_tb.health.device_finds`), with the flags of
-  that iteration's floating inputs (:mod:`xray_tb.health.input_watch`), and read when the statistics
-  are next written;
-* on a CPU, where reading a value costs no sync and memory bandwidth is what a check costs, the
-  gradients' and weights' sums are added up and read (:mod:`xray_tb.health.cpu_sums`); only when the
-  total is not finite are they checked one by one (``isfinite``). The weights are summed too, although
-  a non-finite weight that the forward uses mostly makes the gradients non-finite: an infinite weight
-  whose unit a ReLU, a sigmoid or a tanh clamps leaves the loss and every gradient finite, and so does
-  an embedding row never looked up.
-
-Biases (and the other parameters of a layer that are not weights) are checked where a non-finite value
-was found, so that a NaN bias is named in its own layer, not in the last layer with a non-finite
-gradient; on a CPU they are not summed every iteration (a non-finite bias the forward uses makes the
-gradients non-finite; one that is clamped away, as above, is not seen).
-
-While a ``GradScaler`` is in use, a non-finite gradient waits for the scaler's next update, which says
-whether it was an overflow (:mod:`xray_tb.health.overflows`).
-
-After the first non-finite iteration the sentinel stops: only the first one is reported. Under FSDP each
-rank checks its own shards, and with :attr:`NonFiniteSentinel.shared` only what the ranks agreed on
-(:meth:`~NonFiniteSentinel.agree`, see :mod:`xray_tb.health.shards`) is reported; once the ranks can no
-longer agree (at close), a find they did not agree on is reported as this rank saw it.
+Cheap, and without a host sync per iteration on a GPU: there one inf-norm per (device, dtype) group
+gives a flag per tensor, and the first flagged iteration stays on the device until the statistics are
+next written (:mod:`~xray_tb.health.device_finds`, with its batch's input flags:
+:mod:`~xray_tb.health.input_watch`); on a CPU the sums of the gradients and of the weights that may
+have changed are read (:mod:`~xray_tb.health.cpu_sums`), and only a non-finite total is checked value
+by value. Weights are checked too, since a clamped unit (ReLU, sigmoid, tanh) or an embedding row never
+looked up hides an infinite weight from every gradient. Biases are checked where a find was made (on a
+GPU every iteration), so a NaN bias is named in its own layer. With a ``GradScaler`` a non-finite
+gradient waits for the scaler's update (:mod:`~xray_tb.health.overflows`). The sentinel stops at the
+first find; under FSDP only what the ranks agreed on is reported (:mod:`~xray_tb.health.shards`).
 """
 
 from __future__ import annotations
@@ -39,6 +23,7 @@ import torch
 
 from xray_tb import sharding
 from xray_tb.health import reductions
+from xray_tb.health.check_stamp import CheckStamp
 from xray_tb.health.cpu_sums import CpuSums
 from xray_tb.health.device_finds import DeviceFinds, InputFlags
 from xray_tb.health.flag_layout import FlagLayout
@@ -72,6 +57,7 @@ class NonFiniteSentinel:
         self.found_at: Optional[int] = None  # the step of the last find on a CPU (waiting or not)
         self._skipped_first: Optional[tuple] = None  # the first find withdrawn in the current row of skipped steps
         self._sums: Optional[CpuSums] = None  # on a CPU: the every-iteration check (set at the first check)
+        self._stamp = CheckStamp()  # what the last check read: a recheck of it untouched since reads nothing
         #: The weights are DTensors (set by ShardedHealth): each is checked as this rank's shard, and every
         #: weight is read at every check (no version tracking of local shards).
         self.sharded = False
@@ -95,7 +81,13 @@ class NonFiniteSentinel:
               biases: Optional[list[torch.Tensor]] = None, inputs: Optional[InputFlags] = None, recheck: bool = False) -> None:
         """Check one iteration's weights and gradients (None for a missing gradient), and ``biases``;
         ``inputs``: on an accelerator, the flags of the iteration's floating inputs (kept with a find);
-        ``recheck``: the iteration was checked already (on a CPU, what is unchanged since is not read again)."""
+        ``recheck``: the iteration was checked already (what is unchanged since is not read again)."""
+        biases = biases or []
+        stamped = grads if self._on_cpu else [*grads, *biases, *(b.grad for b in biases)]  # a CPU sums no bias
+        if recheck and self._stamp.unchanged(weights, stamped):
+            return  # the common case: nothing written between the take_graphs() call and the optimizer step
+        if not recheck:
+            self._stamp.note(weights, stamped)
         with torch.no_grad():
             if self.overflows.waiting_step is not None:
                 self.settle(at_check=True)
@@ -106,7 +98,6 @@ class NonFiniteSentinel:
             if self._on_cpu and self._sums.finite(weights, grads, recheck):  # the common CPU case first
                 self.overflows.clean()
                 return
-            biases = biases or []
             bias_grads = [b.grad for b in biases]
             if self.sharded:  # this rank's shards
                 biases, bias_grads = sharding.local_all(biases), sharding.local_all(bias_grads)
