@@ -1,7 +1,8 @@
 """Whether the tensors the sentinel checked are untouched since: the check again before an optimizer
 step (after a ``take_graphs()`` call that counted the iteration) then reads nothing, on a CPU or an
 accelerator alike. Version counters, data pointers and identities only: host-side, no device sync, and
-compared with C-level maps (this runs right after a backward, when Python is slow)."""
+compared with C-level maps, none per tensor in Python (this runs right after a backward, when Python
+is slow, and a GPU's host must do no more Python per layer)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import Optional
 import torch
 
 _VERSION = operator.attrgetter("_version")
+_LAYOUT = operator.attrgetter("layout")
+_STRIDED = frozenset({torch.strided})
 _dereference = weakref.ref.__call__
 
 
@@ -29,7 +32,7 @@ class CheckStamp:
             return
         present = [tensor for tensor in varying if tensor is not None]
         stamp = _stamp(fixed, present)
-        if stamp is None or not all(tensor.layout == torch.strided for tensor in present):
+        if stamp is None or not {*map(_LAYOUT, present)} <= _STRIDED:
             self._noted = None  # a sparse gradient or an inference tensor: read again at every recheck
         else:
             self._noted = (fixed, [tensor is None for tensor in varying], list(map(weakref.ref, present)), stamp)

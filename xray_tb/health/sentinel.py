@@ -17,6 +17,7 @@ first find; under FSDP only what the ranks agreed on is reported (:mod:`~xray_tb
 from __future__ import annotations
 
 import math
+import operator
 from typing import Callable, Optional
 
 import torch
@@ -31,6 +32,8 @@ from xray_tb.health.nonfinite import FlagRows
 from xray_tb.health.overflows import OverflowWatch
 from xray_tb.health.stats.base import stored_all
 from xray_tb.devices import on_host
+
+_GRAD = operator.attrgetter("grad")
 
 
 class NonFiniteSentinel:
@@ -83,7 +86,7 @@ class NonFiniteSentinel:
         ``inputs``: on an accelerator, the flags of the iteration's floating inputs (kept with a find);
         ``recheck``: the iteration was checked already (what is unchanged since is not read again)."""
         biases = biases or []
-        stamped = grads if self._on_cpu else [*grads, *biases, *(b.grad for b in biases)]  # a CPU sums no bias
+        stamped = grads if self._on_cpu else [*grads, *biases, *map(_GRAD, biases)]  # a CPU sums no bias
         if recheck and self._stamp.unchanged(weights, stamped):
             return  # the common case: nothing written between the take_graphs() call and the optimizer step
         if not recheck:
