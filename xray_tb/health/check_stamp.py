@@ -25,11 +25,14 @@ class CheckStamp:
         self._rechecked = False  # a recheck came: each check is noted for the next one
         self._noted: Optional[tuple] = None  # (fixed tensors, None pattern, weak references to the others, stamp)
 
+    @property
+    def armed(self) -> bool:
+        """Whether a recheck came: from then on each check is noted (:meth:`note`)."""
+        return self._rechecked
+
     def note(self, fixed: list[torch.Tensor], varying: list[Optional[torch.Tensor]]) -> None:
         """A check just read ``fixed`` (the same list object at each check: the weights) and ``varying``
         (gradients, None where missing)."""
-        if not self._rechecked:
-            return
         present = [tensor for tensor in varying if tensor is not None]
         stamp = _stamp(fixed, present)
         if stamp is None or not {*map(_LAYOUT, present)} <= _STRIDED:

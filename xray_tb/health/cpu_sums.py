@@ -63,4 +63,3 @@ class CpuSums:
         if self.versions is not None:
             self.versions.remove()
             self.versions = None
-

@@ -86,11 +86,12 @@ class NonFiniteSentinel:
         ``inputs``: on an accelerator, the flags of the iteration's floating inputs (kept with a find);
         ``recheck``: the iteration was checked already (what is unchanged since is not read again)."""
         biases = biases or []
-        stamped = grads if self._on_cpu else [*grads, *biases, *map(_GRAD, biases)]  # a CPU sums no bias
-        if recheck and self._stamp.unchanged(weights, stamped):
-            return  # the common case: nothing written between the take_graphs() call and the optimizer step
-        if not recheck:
-            self._stamp.note(weights, stamped)
+        if recheck or self._stamp.armed:  # a loop without rechecks builds nothing for them
+            stamped = grads if self._on_cpu else [*grads, *biases, *map(_GRAD, biases)]  # a CPU sums no bias
+            if not recheck:
+                self._stamp.note(weights, stamped)
+            elif self._stamp.unchanged(weights, stamped):
+                return  # the common case: nothing written between the take_graphs() call and the optimizer step
         with torch.no_grad():
             if self.overflows.waiting_step is not None:
                 self.settle(at_check=True)

@@ -61,7 +61,7 @@ class WeightVersions:
         from there); empty when nothing is known of this list."""
         if weights is not self._weights:
             return frozenset()
-        return frozenset(i for i, seen in zip(self._followed, self._seen) if seen is not None and version_of(weights[i]) == seen)
+        return frozenset(i for i, seen in zip(self._followed, self._seen) if seen is not None and _version(weights[i]) == seen)
 
     def checked(self, weights: list[torch.Tensor], grads: list[Optional[torch.Tensor]]) -> None:
         """``weights`` and their ``grads`` were found finite: mark them clean."""
@@ -69,7 +69,7 @@ class WeightVersions:
             self._weights = weights
             self._followed = [i for i, weight in enumerate(weights) if weight.numel() >= MIN_SIZE]
             self._generation += 1
-        self._seen = [version_of(weights[i]) for i in self._followed]
+        self._seen = [_version(weights[i]) for i in self._followed]
         self._grads = [None if (grad := grads[i]) is None else _reference(grad) for i in self._followed]
         # a step under way keeps what its pre-hook noted: with optimizer=, the check runs in that step's own
         # pre-hook, after the global one
@@ -79,8 +79,7 @@ class WeightVersions:
         unchanged since (not written, clipped or replaced): those need no reading at a check again."""
         if weights is not self._weights:
             return frozenset()
-        return frozenset(i for i, checked in zip(self._followed, self._grads)
-                         if checked is not None and (grad := grads[i]) is not None and checked[0]() is grad and version_of(grad) == checked[1])
+        return frozenset(i for i, checked in zip(self._followed, self._grads) if (grad := grads[i]) is not None and _is_checked(grad, checked))
 
     def remove(self) -> None:
         """Remove both hooks (idempotent) and forget everything."""
@@ -92,7 +91,7 @@ class WeightVersions:
     def _before_step(self, optimizer: torch.optim.Optimizer) -> None:
         if self._weights is not None and self._followed:
             slots = self._slots(optimizer)
-            self._before = (self._generation, slots, [version_of(self._weights[self._followed[slot]]) for slot in slots])
+            self._before = (self._generation, slots, [_version(self._weights[self._followed[slot]]) for slot in slots])
 
     def _slots(self, optimizer: torch.optim.Optimizer) -> list[int]:
         """The slots of the followed weights ``optimizer`` steps (looked at again when its parameters or
@@ -111,11 +110,11 @@ class WeightVersions:
                 continue
             weight, checked = self._weights[self._followed[slot]], self._grads[slot]
             grad = weight.grad
-            applied_checked = grad is None or (checked is not None and checked[0]() is grad and version_of(grad) == checked[1])
-            self._seen[slot] = version_of(weight) if version == seen and applied_checked else None
+            applied_checked = grad is None or _is_checked(grad, checked)
+            self._seen[slot] = _version(weight) if version == seen and applied_checked else None
 
 
-def version_of(tensor: torch.Tensor) -> Optional[tuple[int, int]]:
+def _version(tensor: torch.Tensor) -> Optional[tuple[int, int]]:
     """The tensor's version counter and where its data lies (``weight.data = ...`` bumps no version)."""
     try:
         return tensor._version, tensor.data_ptr()
@@ -123,8 +122,13 @@ def version_of(tensor: torch.Tensor) -> Optional[tuple[int, int]]:
         return None
 
 
+def _is_checked(grad: torch.Tensor, checked: Optional[tuple[weakref.ref, tuple[int, int]]]) -> bool:
+    """Whether ``grad`` is the gradient ``checked`` refers to (:func:`_reference`), unwritten since."""
+    return checked is not None and checked[0]() is grad and _version(grad) == checked[1]
+
+
 def _reference(grad: torch.Tensor) -> Optional[tuple[weakref.ref, tuple[int, int]]]:
-    version = version_of(grad)
+    version = _version(grad)
     if version is None or grad.layout != torch.strided:
         return None  # a sparse gradient: its weight is read at every check
     return weakref.ref(grad), version
