@@ -83,6 +83,22 @@ def test_a_nan_in_the_batch_between_health_steps_is_named_where_it_entered_as_at
     assert 37 in run.health("dead_fraction")[1].tolist()  # the replayed iteration's activations are measured
 
 
+@pytest.mark.parametrize("with_optimizer", [False, True])
+def test_where_the_forward_cannot_run_again_a_nan_in_the_batch_is_named_where_it_entered(tmp_path, with_optimizer):
+    # A SyncBatchNorm's forward runs collectives under a process group, so it is never run again: the
+    # batch is watched as it arrives instead, as on an accelerator (before: the last layer's weight_grad).
+    model = model_with_dropout_and_batchnorm()
+    model.norm = nn.SyncBatchNorm(32)  # one process, no group: it normalises as BatchNorm1d does
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    extra = {"optimizer": optimizer} if with_optimizer else {}
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10, **extra) as xray:
+        train(model, xray, 45, optimizer, corrupt=nan_in_the_batch_at(37))
+        assert xray.first_nonfinite == NonFinite(step=37, layer="first", kind="output")
+        finding, = [f for f in xray.findings() if f.rule == "nonfinite"]
+        assert (finding.layer, finding.step) == ("first", 37)
+        assert "the batch of that step held NaN or Inf values, which entered there: check the data" in finding.message
+
+
 def test_a_nan_in_the_first_of_two_accumulated_micro_batches_is_named_where_it_entered(tmp_path):
     found = origin(tmp_path, "accumulated", corrupt=nan_in_the_batch_at(37, micro_at=0), micro_batches=2)
     assert found == NonFinite(step=37, layer="first", kind="output")

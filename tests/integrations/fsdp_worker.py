@@ -5,6 +5,7 @@ and gradients at each step, from ``full_tensor()``, and every warning) to ``LOGD
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -115,8 +116,8 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
         torch.cuda.set_device(rank)
     dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=30))
     result: dict = {"rank": rank, "steps": []}
-    if case in ("batch_device", "batch_device_late"):
-        return batch_on_the_device_path(rank, logdir, result, 13 if case == "batch_device" else 23)
+    if case in ("batch_device", "batch_device_late", "batch_cpu", "batch_cpu_late"):
+        return batch_with_a_nan(rank, logdir, result, 23 if case.endswith("late") else 13, case.startswith("batch_device"))
     x, y = (part[rank::world].to(device) for part in full_batch())
     outputs = OUTPUTS.get(case, 3)
     y = targets(y, outputs)
@@ -169,12 +170,12 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
     _finish(result, caught, logdir, rank)
 
 
-def batch_on_the_device_path(rank: int, logdir: str, result: dict, planted: int) -> None:
-    """The accelerator's path, forced on the CPU: rank 1's batch holds a NaN at step ``planted`` (captures
-    every 10, the last at 20)."""
+def batch_with_a_nan(rank: int, logdir: str, result: dict, planted: int, device_path: bool) -> None:
+    """Rank 1's batch holds a NaN at step ``planted`` (captures every 10, the last at 20); ``device_path``:
+    the accelerator's path, forced on the CPU."""
     x, y = (part[rank::WORLD] for part in full_batch())
     y = targets(y)
-    with warnings.catch_warnings(record=True) as caught, device_path_on_cpu():
+    with warnings.catch_warnings(record=True) as caught, (device_path_on_cpu() if device_path else contextlib.nullcontext()):
         warnings.simplefilter("always")
         model = shard(mlp())
         xray = Xray(model, x, logdir=logdir, every=10)

@@ -224,11 +224,13 @@ def test_a_nan_after_the_last_measured_iteration_is_agreed_at_close_and_reported
     assert nonfinite_findings(tmp_path) == [(found[0], found[1])]
 
 
-@pytest.mark.parametrize("case, step", [("batch_device", 13), ("batch_device_late", 23)])
-def test_on_the_device_path_a_nan_in_rank_ones_batch_is_named_where_it_entered_by_both_ranks(tmp_path, case, step):
-    # The accelerator's path, forced on the CPU: each rank flags its own batch on the device; whether the
-    # first find's batch held the NaN on any rank is combined at the next health step (20), or, after
-    # the last one (23), with the ranks' agreement on the find at close.
+@pytest.mark.parametrize("case, step", [("batch_device", 13), ("batch_device_late", 23), ("batch_cpu", 13), ("batch_cpu_late", 23)])
+def test_a_nan_in_rank_ones_batch_is_named_where_it_entered_by_both_ranks(tmp_path, case, step):
+    # Each rank flags its own batch (on a CPU too: FSDP's forward cannot run again on one rank, so the
+    # batch is watched as on an accelerator, whose path the "device" cases force on the CPU); whether the
+    # first find's batch held the NaN on any rank rides the ranks' agreement on the find, at the next
+    # measured iteration or, after the last one (23), at close. Before, the CPU named the last layer's
+    # weight_grad, where backward starts.
     results = run_ranks(case, tmp_path)
     assert [result["nonfinite"] for result in results] == [[step, "0", "output"]] * 2
 

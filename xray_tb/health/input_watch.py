@@ -1,9 +1,10 @@
-"""On an accelerator: whether the batch brought a NaN or an infinity, checked on the device at every forward.
+"""Where the forward is not run again: whether the batch brought a NaN or an infinity, checked at every forward.
 
 A NaN in a batch makes every gradient non-finite, and the gradients alone would name the last layer,
 where backward starts. On a CPU the sentinel knows at once and the forward is run again
 (:mod:`xray_tb.health.forward_replay`). On an accelerator the sentinel's flags stay on the device until
-the next write, when the batch and the weights it met are gone. So :class:`InputWatch` checks each
+the next write, when the batch and the weights it met are gone; and a forward that runs collectives
+(FSDP's all-gathers, ``SyncBatchNorm``) cannot run again on one rank. So :class:`InputWatch` checks each
 training forward's floating inputs as they arrive: one inf-norm per (device, dtype) group and a
 comparison (a few launches, whatever the number of layers or inputs, no host sync), OR-ed over the
 forwards of the iteration (accumulated micro-batches). The sentinel keeps these flags with its first
@@ -29,7 +30,6 @@ import torch
 from torch import nn
 
 from xray_tb.capture.hooks import Hook
-from xray_tb.devices import on_host
 from xray_tb.health import reductions
 from xray_tb.health.device_finds import InputFlags
 from xray_tb.health.training_forwards import TrainingThread
@@ -47,10 +47,10 @@ class InputWatch:
 
     @classmethod
     def of(cls, model: nn.Module, device: torch.device, order: list[str], sentinel: "NonFiniteSentinel",
-           writer: "BlockWriter") -> Optional["InputWatch"]:
-        """One for weights on an accelerator (on a CPU the forward is run again instead), wired to
-        ``sentinel``'s finds: an origin found is filed in ``writer`` as the forward replay's are."""
-        if on_host(device) or not order:
+           writer: "BlockWriter", replayed: bool) -> Optional["InputWatch"]:
+        """One where the forward is not run again at a find (``replayed``: on a CPU, one process or DDP, it
+        is), wired to ``sentinel``'s finds: an origin found is filed in ``writer`` as the replay's are."""
+        if replayed or not order:
             return None
         watch = cls(model, device, order)
 

@@ -86,8 +86,9 @@ class HealthMonitor:
         # A find of gradients only runs that iteration's forward again, to name where a NaN the batch brought entered.
         self.origin = ForwardOrigin.of(model, scope, self._sentinel, self._writer, self._recorder, self._measure_activations,
                                        group, on_host(device), self._shards is not None)
-        # On an accelerator, each forward's floating inputs are checked on the device instead.
-        self.inputs = InputWatch.of(model, device, scope.order, self._sentinel, self._writer) if scope.weighted else None
+        # Elsewhere (an accelerator, FSDP, SyncBatchNorm), each forward's floating inputs are checked instead.
+        self.inputs = InputWatch.of(model, device, scope.order, self._sentinel, self._writer,
+                                    self.origin is not None) if scope.weighted else None
         self.arm_for(first_step)
 
     # Driving ------------------------------------------------------------------------------------

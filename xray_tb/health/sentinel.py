@@ -46,7 +46,7 @@ class NonFiniteSentinel:
         self._found: Optional[tuple[int, list[bool]]] = None  # (step, flags), weights then grads
         #: On an accelerator: the first find, kept on the device (under DDP its input flag is combined at health steps).
         self.device_finds = DeviceFinds()
-        #: ``{step: (positions, flags)}``: the floating inputs of a step with a find on an accelerator, where
+        #: ``{step: (positions, flags)}``: the floating inputs of a step with a find whose batch was watched, where
         #: one held a NaN or an infinity (:mod:`xray_tb.health.input_watch`).
         self.input_finds: dict[int, tuple] = {}
         #: Called with ``(step, input_finds[step])`` when the first find, read, holds gradients only and the
@@ -83,7 +83,7 @@ class NonFiniteSentinel:
     def check(self, step: int, weights: list[torch.Tensor], grads: list[Optional[torch.Tensor]],
               biases: Optional[list[torch.Tensor]] = None, inputs: Optional[InputFlags] = None, recheck: bool = False) -> None:
         """Check one iteration's weights and gradients (None for a missing gradient), and ``biases``;
-        ``inputs``: on an accelerator, the flags of the iteration's floating inputs (kept with a find);
+        ``inputs``: where the forward is not run again, the flags of the iteration's floating inputs (kept with a find);
         ``recheck``: the iteration was checked already (what is unchanged since is not read again)."""
         biases = biases or []
         if recheck or self._stamp.armed:  # a loop without rechecks builds nothing for them
@@ -111,16 +111,23 @@ class NonFiniteSentinel:
             if not checked:
                 return
             if self._on_cpu:
-                self._locate_now(step, tensors, positions, checked)
+                self._locate_now(step, tensors, positions, checked, inputs)
             else:
                 self._check_on_device(step, tensors, positions, checked, inputs)
 
-    def _locate_now(self, step: int, tensors: list, positions: list[int], checked: list[torch.Tensor]) -> None:
+    def _locate_now(self, step: int, tensors: list, positions: list[int], checked: list[torch.Tensor],
+                    inputs: Optional[InputFlags]) -> None:
         """A gradient sum was not finite: check every weight and gradient element by element."""
         flags = [False] * len(tensors)
         for position, tensor in zip(positions, checked):
             flags[position] = not bool(torch.isfinite(tensor).all())
+        self._note_inputs(step, flags, inputs)
         self._flagged(step, flags)
+
+    def _note_inputs(self, step: int, flags: list[bool], inputs: Optional[InputFlags]) -> None:
+        """Keep the input flags of a find on the host whose batch held a NaN or an Inf."""
+        if inputs is not None and any(flags) and bool(inputs[1].any()):
+            self.input_finds[int(step)] = (inputs[0], inputs[1].tolist())
 
     def _flagged(self, step: int, flags: list[bool]) -> None:
         """What one check found, on the host: held for its optimizer step, waiting for a GradScaler's update
@@ -197,8 +204,7 @@ class NonFiniteSentinel:
             host = [False] * len(tensors)
             for position, flag in zip(positions, flags.tolist()):
                 host[position] = flag
-            if inputs is not None and any(host) and bool(inputs[1].any()):
-                self.input_finds[int(step)] = (inputs[0], inputs[1].tolist())
+            self._note_inputs(step, host, inputs)
             self._flagged(step, host)
             return
         if step == self._held:

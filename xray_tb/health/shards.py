@@ -17,7 +17,7 @@ The same vector carries what keeps the ranks in step:
   every rank adopts, so every rank measures the same iterations;
 * the non-finite sentinel's first non-finite iteration on each rank's shards: the earliest over the ranks
   is agreed, with the flags of every rank that saw it at that step, so a NaN in any shard is found
-  (and whether a rank's batch held it, on an accelerator: :mod:`xray_tb.health.input_watch`).
+  (and whether a rank's batch held it, checked as it arrives: :mod:`xray_tb.health.input_watch`).
 
 A non-finite value first seen after the last measured iteration is agreed at close
 (:meth:`ShardedHealth.settle`, every rank, one gather with the timeout); if that gather fails (a rank
@@ -111,7 +111,7 @@ class ShardedHealth:
 
     def _found(self) -> torch.Tensor:
         """This rank's first non-finite iteration: its step (-1: none), flags (weights then gradients), and
-        whether its batch held the NaN or Inf (on an accelerator, :mod:`xray_tb.health.input_watch`)."""
+        whether its batch held the NaN or Inf (checked as it arrives, :mod:`xray_tb.health.input_watch`)."""
         sentinel = self._sentinel
         found = sentinel.local_find()
         flags = found[1] if found is not None else [False] * sentinel.flag_count
