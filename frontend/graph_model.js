@@ -247,3 +247,28 @@ export function diffArchitectures(a, b) {
   const changed = [...mapA.keys()].filter((id) => mapB.has(id) && sig(mapA.get(id)) !== sig(mapB.get(id)));
   return { onlyA, onlyB, changed };
 }
+
+/**
+ * The node a search names: a module name, op or id equal to `text`, else one containing it (case-insensitive).
+ * @param {ReturnType<typeof buildHierarchy>} h
+ * @param {string} text
+ */
+export function findNode(h, text) {
+  const needle = text.trim().toLowerCase();
+  const nodes = [...h.nodes.values()];
+  const label = (n) => (n.module ?? n.op ?? n.id).toLowerCase();
+  return (
+    nodes.find((n) => label(n) === needle) ||
+    nodes.find((n) => label(n).includes(needle)) ||
+    nodes.find((n) => n.id.toLowerCase().includes(needle))
+  );
+}
+
+/**
+ * The first call of a module (its first node), or undefined.
+ * @param {ReturnType<typeof buildHierarchy>} h
+ * @param {string} moduleName
+ */
+export function moduleNode(h, moduleName) {
+  return [...h.nodes.values()].find((n) => n.kind === 'module' && n.module === moduleName);
+}

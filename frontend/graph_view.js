@@ -6,7 +6,7 @@
 
 import { el, svg } from './dom.js';
 import { LayoutClient } from './graph_layout.js';
-import { allGroups, ancestors, buildHierarchy, defaultExpanded, groupKey, visibleEdges } from './graph_model.js';
+import { allGroups, ancestors, buildHierarchy, defaultExpanded, findNode, groupKey, moduleNode, visibleEdges } from './graph_model.js';
 import { fallbackNotice, gridGraph, layOutAsGrid } from './graph_place.js';
 import { edgePath, drawNode, drawGroup } from './graph_draw.js';
 import { GraphHealth } from './graph_health.js';
@@ -250,14 +250,8 @@ export class GraphView {
    * @returns {Promise<boolean>}  Whether one was found.
    */
   async search(text) {
-    const needle = text.trim().toLowerCase();
-    if (!needle || !this.h) return false;
-    const nodes = [...this.h.nodes.values()];
-    const label = (n) => (n.module ?? n.op ?? n.id).toLowerCase();
-    const found =
-      nodes.find((n) => label(n) === needle) ||
-      nodes.find((n) => label(n).includes(needle)) ||
-      nodes.find((n) => n.id.toLowerCase().includes(needle));
+    if (!text.trim() || !this.h) return false;
+    const found = findNode(this.h, text);
     if (!found) {
       this.status.textContent = `No node matches “${text.trim()}”.`;
       return false;
@@ -285,7 +279,7 @@ export class GraphView {
    */
   async highlightLayer(moduleName) {
     if (!this.h) return;
-    const node = [...this.h.nodes.values()].find((n) => n.kind === 'module' && n.module === moduleName);
+    const node = moduleNode(this.h, moduleName);
     if (node) await this.reveal(node.id);
   }
 

@@ -258,27 +258,24 @@ export class LayerView {
     const at = steps.findIndex((s) => s >= requested);
     const ahead = steps.slice(Math.max(0, at), at + 1 + PREFETCH_AHEAD);
     if (at > 0) ahead.push(steps[at - 1]);
-    const wanted = [];
-    for (const step of ahead) {
-      for (const kind of this.sections.keys()) {
-        for (const s of this.shown) {
-          const shownStep = stepAtOrBefore((s.info && s.info.kinds[kind]) || [], step);
-          if (shownStep !== null) wanted.push({ run: s.run, layer: this.layer, kind, step: shownStep });
-        }
-      }
-    }
-    this.frames.prefetch(wanted);
+    this.frames.prefetch(ahead.flatMap((step) => this.panelFrames(step)));
   }
 
   /** Whether every panel's frame for `step` is loaded (playing waits for it). */
   isReady(step) {
+    return this.panelFrames(step).every((f) => this.frames.peek(f.run, f.layer, f.kind, f.step));
+  }
+
+  /** The frame each panel shows at `step` (its run's latest of that kind at or before it), where there is one. */
+  panelFrames(step) {
+    const frames = [];
     for (const kind of this.sections.keys()) {
       for (const s of this.shown) {
         const shownStep = stepAtOrBefore((s.info && s.info.kinds[kind]) || [], step);
-        if (shownStep !== null && !this.frames.peek(s.run, this.layer, kind, shownStep)) return false;
+        if (shownStep !== null) frames.push({ run: s.run, layer: this.layer, kind, step: shownStep });
       }
     }
-    return true;
+    return frames;
   }
 
   clearFrameErrors() {

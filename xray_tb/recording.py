@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from xray_tb.capture.shared_reductions import SharedReductions
+from xray_tb import distributed
 from xray_tb.capture.hooks import Hook, TapRecorder
 from xray_tb.io.reader import earlier_run
 from xray_tb.io import remote_event_file
@@ -182,6 +183,17 @@ def release_on_collection(recording: Recording) -> None:
         recording.release(remote_event_file.CLOSE_TIMEOUT)
     except UploadIncompleteError as error:
         warnings.warn(str(error), UploadWarning, stacklevel=2)
+
+
+def open_sink(recording: Recording, writes: bool, logdir: Optional[str], writer) -> None:
+    """Open ``recording``'s run: an event file in ``logdir`` (or through the user's ``writer``) when this
+    process ``writes``; else (another rank writes) a sink that drops every write."""
+    where = logdir if writer is None else writer.log_dir
+    if writes:
+        recording.earlier_findings = warn_about_earlier_captures(where)
+        recording.open(EventSink(logdir=logdir, writer=writer))
+    else:  # this rank only takes part in training health
+        recording.open(distributed.NullSink(where))
 
 
 def warn_about_earlier_captures(logdir: str) -> Optional[list[dict]]:

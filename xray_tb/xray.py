@@ -4,9 +4,7 @@
 (:class:`~xray_tb.capture.capturer.Capturer`, :class:`~xray_tb.health.training.TrainingHealth`,
 :class:`~xray_tb.notebook.readback.ReadBack`) and delegates to them; it keeps only the step logic of
 :meth:`Xray.take_graphs`.
-
-(A little over our ~300-line rule: 40 lines document the constructor's arguments, and the step logic of
-:meth:`Xray.take_graphs` stays whole; everything else is delegated.)
+Which step a call files and whether it is due: :mod:`xray_tb.capture.call_steps`.
 """
 
 from __future__ import annotations
@@ -26,15 +24,15 @@ from xray_tb.bias.recording import attention_iou
 from xray_tb.capture import plan as plans
 from xray_tb.capture.capture import CaptureReport
 from xray_tb.capture.capturer import Capturer, PreparedPlan
-from xray_tb.capture.schedules import ScheduleLike, as_schedule
+from xray_tb.capture.call_steps import DueSteps, filed_step, repeated_step
+from xray_tb.capture.schedules import ScheduleLike
 from xray_tb.capture.selectors import RandomFilters, Selector
 from xray_tb.health import HealthOptions, TrainingHealth
 from xray_tb.health.options import as_options
 from xray_tb.io import storage
 from xray_tb.io.remote_event_file import CLOSE_TIMEOUT
-from xray_tb.io.sink import EventSink
 from xray_tb.notebook.readback import ReadBack
-from xray_tb.recording import Recording, release_on_collection, warn_about_earlier_captures
+from xray_tb.recording import Recording, open_sink, release_on_collection
 from xray_tb.trace import arguments
 from xray_tb.trace.state import without_cyclic_gc
 
@@ -51,16 +49,6 @@ def _delegate(part: str, method: Callable) -> Callable:
 
 #: Default cap on the bytes of frame values one capture writes (16 MiB).
 DEFAULT_BUDGET_BYTES = 16 * 2**20
-
-
-def _repeated_step(step: int, last_step: int, given: bool, counted_by_optimizer: bool) -> str:
-    """The warning for a capture filed at or before the last one (TensorBoard keeps one frame per step)."""
-    if given:
-        return f"take_graphs(step={step}) after step {last_step}: TensorBoard keeps one frame per step, steps should increase"
-    counted = "optimizer steps (optimizer=)" if counted_by_optimizer else "take_graphs() calls"
-    return (f"take_graphs() captured step {step} again after step {last_step}: Xray counts {counted}, and none was counted "
-            "since the last capture (a skipped optimizer step, or several calls per optimizer step); TensorBoard keeps the "
-            "last frame of a step. Pass the step yourself, take_graphs(step), to file captures under your own numbering")
 
 
 class Xray:
@@ -141,9 +129,8 @@ class Xray:
             logdir = storage.join(logdir, subfolder)
         storage_dtype = arguments.storage_dtype(dtype)
         budget_bytes = arguments.budget_bytes(budget_bytes)
-        self._schedule = as_schedule(every)
-        self._due: tuple[Optional[int], bool] = (None, False)  # the schedule's last answer, by step
-        if optimizer is not None and self._schedule is None:
+        self._due = DueSteps(every)
+        if optimizer is not None and self._due.schedule is None:
             raise ValueError("optimizer= counts steps for a schedule; give every= too")
         arguments.loss_fn(loss_fn)
         probe = arguments.probe_batch(probe, model)
@@ -159,11 +146,7 @@ class Xray:
         self._capture = Capturer(recording, selector=selector if selector is not None else RandomFilters(), storage_dtype=storage_dtype,
                                  budget_bytes=budget_bytes, layer_scalars=layer_scalars, probe=probe, loss_fn=loss_fn, group=group)
         first_plan = self._capture.prepare(self.draft_plan() if plan is None else plan, modules)
-        if self._writes:
-            recording.earlier_findings = warn_about_earlier_captures(logdir if writer is None else writer.log_dir)
-            recording.open(EventSink(logdir=logdir, writer=writer))
-        else:  # another rank writes: this one only takes part in training health
-            recording.open(distributed.NullSink(logdir if writer is None else writer.log_dir))
+        open_sink(recording, self._writes, logdir, writer)
         self._recording = recording
         self._finalizer = weakref.finalize(self, release_on_collection, recording)
         try:
@@ -234,21 +217,13 @@ class Xray:
     # Steps ----------------------------------------------------------------------------------------
 
     def is_due(self, step: int) -> bool:
-        """Whether ``step`` is due for a capture under the schedule (always, without one).
-
-        The schedule is asked once per step: arming the hooks for a step and capturing it agree
-        even for a schedule that is not a pure function of the step.
-        """
-        if self._schedule is None:
-            return True
-        if self._due[0] != step:
-            self._due = (step, bool(self._schedule(step)))
-        return self._due[1]
+        """Whether ``step`` is due for a capture under the schedule (always, without one; asked once per step)."""
+        return self._due(step)
 
     def _arm_for(self, step: int) -> None:
         """Arm the hooks for the training forward of ``step`` when it is due (never in probe mode)."""
         recorder = self._recording.recorder
-        due = self._writes and self._capture.probe is None and self.is_due(step)
+        due = self._writes and self._capture.probe is None and self._due(step)
         if due != recorder.armed:  # checked first: this runs on every step
             recorder.arm() if due else recorder.disarm()
         self._health.arm_for(step)  # training health's own hooks, for its health steps
@@ -275,19 +250,9 @@ class Xray:
         given = step is not None
         counted_by_optimizer = recording.counts_optimizer_steps
         last_step = self._readback.last_step
-        if step is None:  # without optimizer=: the iteration this call follows, where health counted those between calls
-            step = recording.next_step if counted_by_optimizer else self._health.call_step(recording.next_step)
-        elif not counted_by_optimizer:
-            if self._schedule is not None and step != recording.next_step and last_step is not None:
-                capturer.warn_once(
-                    "skipped calls",
-                    f"take_graphs(step={step}) after step {recording.next_step - 1}: with every= and no optimizer=, Xray "
-                    "counts take_graphs() calls to know when to arm its hooks; call it every step (it returns None "
-                    "when the step is not due), or pass optimizer= so Xray counts optimizer steps",
-                )
-        checked = recording.next_step if counted_by_optimizer else step
-        cached_step, due = self._due  # usually asked already, when the hooks were set for this step
-        due = due if cached_step == checked else self.is_due(checked)
+        step, checked = filed_step(step, recording.next_step, counted_by_optimizer, self._health.call_step,
+                                   self._due.schedule is not None, last_step, capturer.warn_once)
+        due = self._due(checked)  # usually asked already, when the hooks were set for this step
         with recording.reductions:  # the frames' statistics reuse what training health reduces of the same tensors
             if not counted_by_optimizer:
                 self._health.iteration(step)  # every call is an iteration (with optimizer=, its step pre-hook)
@@ -308,7 +273,7 @@ class Xray:
                         raise ValueError("take_graphs(probe=True) needs a probe batch: Xray(..., probe=(x, y), loss_fn=...)")
                     capturer.run_probe()
                 if last_step is not None and step <= last_step:
-                    capturer.warn_once("step", _repeated_step(step, last_step, given, counted_by_optimizer))
+                    capturer.warn_once("step", repeated_step(step, last_step, given, counted_by_optimizer))
                 self.last_report, frames = capturer.record(step)
                 self._readback.remember(step, frames)
                 self._health.capture(step, list(capturer.plan))
@@ -317,7 +282,7 @@ class Xray:
             finally:
                 if not counted_by_optimizer:
                     recording.next_step = step + 1
-                if self._schedule is not None:
+                if self._due.schedule is not None:
                     recording.recorder.clear()  # nothing is held between scheduled captures
                 self._arm_for(recording.next_step)
         return step
