@@ -224,7 +224,7 @@ def _disagreement(what: str, heads: list[tuple[int, ...]]) -> str:
 
 
 def combine_activations(group: Group, step: int, families: list, values: list, checks: dict[str, list],
-                        nan: torch.Tensor) -> list[Optional[dict]]:
+                        nan: torch.Tensor, rows: Optional[dict[str, torch.Tensor]] = None) -> list[Optional[dict]]:
     """A health step's activation statistics over every rank's batch, with one :meth:`Group.gather`.
 
     ``families`` are the monitor's activation families: each one's :meth:`share` of ``values`` is packed,
@@ -233,14 +233,17 @@ def combine_activations(group: Group, step: int, families: list, values: list, c
     every rank's part, and None is returned for the others (computed per rank by the monitor). The
     gather's fingerprint covers the measured layers' names and each part's length: ranks that measured
     different layers raise :class:`DistributedMismatch`, even when their parts have the same sizes.
+    ``rows`` (``{name: 1-d tensor}``) travel too, each replaced in place by every rank's (``ranks x n``, on the host).
     """
     device = nan.device
+    rows = {} if rows is None else rows
+    extra = [row.to(device, torch.float64) for row in rows.values()]
     parts = [family.share(values) for family in families]
     flags = [flag for column in checks.values() for flag in column]
     encoded = torch.tensor([-1.0 if flag is None else float(flag) for flag in flags], dtype=torch.float64, device=device)
     measured = tuple(value.layer.name for value in values if value.activation is not None)
-    lengths = tuple(-1 if part is None else part.numel() for part in parts)
-    gathered = group.gather(step, torch.cat([*(part.to(device) for part in parts if part is not None), encoded]),
+    lengths = (*(-1 if part is None else part.numel() for part in parts), *(row.numel() for row in extra))
+    gathered = group.gather(step, torch.cat([*(part.to(device) for part in parts if part is not None), encoded, *extra]),
                             fingerprint=fingerprint(measured, lengths, len(flags)))
     results, start = [], 0
     for family, part in zip(families, parts):
@@ -249,7 +252,10 @@ def combine_activations(group: Group, step: int, families: list, values: list, c
             continue
         results.append(family.compute_shared(gathered[:, start:start + part.numel()], nan))
         start += part.numel()
-    combined = gathered[:, start:].amax(dim=0).float()
+    combined = gathered[:, start:start + len(flags)].amax(dim=0).float()
+    start += len(flags)
+    for name, row in zip(list(rows), extra):
+        rows[name], start = gathered[:, start:start + row.numel()].cpu(), start + row.numel()
     for column, column_flags in checks.items():
         checks[column] = [None if flag < 0 else flag for flag in combined[:len(column_flags)]]
         combined = combined[len(column_flags):]

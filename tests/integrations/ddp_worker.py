@@ -51,6 +51,18 @@ class Branches(nn.Module):
         return x
 
 
+class Lookup(nn.Module):
+    """An embedding of 10 rows and a head: the ranks' batches look up rows 0 to 6 only."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embedding, self.head = nn.Embedding(10, 4), nn.Linear(4, 2)
+
+    def forward(self, tokens):
+        return self.head(torch.relu(self.embedding(tokens).mean(dim=1)))
+
+
 def gated() -> nn.Module:
     """Unit 0 fires on rank 0's input, unit 1 on rank 1's, unit 2 on neither."""
     model = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
@@ -250,6 +262,22 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
                 ddp.zero_grad()
                 nn.MSELoss()(ddp(x), y).backward()
                 xray.take_graphs()
+            found = xray.first_nonfinite
+            result["nonfinite"] = None if found is None else [found.step, found.layer, found.kind]
+        elif case == "hidden_weight_one_rank":  # a NaN written into rank 1's row 7 of an embedding no batch looks up
+            ddp = DistributedDataParallel(Lookup())
+            tokens = torch.tensor([[0, 1, 2], [3, 4, 5]]) + rank
+            xray = Xray(ddp, tokens, logdir=logdir, every=10, collective_timeout=10)
+            for step in range(12):
+                if step == 3 and rank == 1:
+                    with torch.no_grad():
+                        ddp.module.embedding.weight[7, 0] = float("nan")
+                ddp.zero_grad()
+                ddp(tokens).square().mean().backward()
+                xray.take_graphs()
+                if step == 5:
+                    found = xray.first_nonfinite
+                    result["before_health_step"] = None if found is None else [found.step, found.layer, found.kind]
             found = xray.first_nonfinite
             result["nonfinite"] = None if found is None else [found.step, found.layer, found.kind]
         elif case == "late":  # rank 1's batch holds a NaN at step 3, after the last measured iteration (0 and 1)

@@ -128,8 +128,9 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
         result["device"] = model[0].weight.device.type
         plan = {"0": {"weight": True, "weight_grad": True, "activation": True}, "2": {"weight": True, "weight_grad": True}}
         options = {"ranks": "all"} if case == "all" else {}
-        # nonfinite: iterations 0, 1 and 3 are measured (1 for the update ratio), the NaN comes at 2.
-        health = HealthOptions(every=2) if case == "nonfinite" else HealthOptions(every=10) if case in LATE else \
+        # nonfinite: iterations 0, 1 and 3 are measured (1 for the update ratio), the NaN comes at 2. LATE:
+        # no health step after 0 either (their gather would carry the ranks' finds): agreed at close.
+        health = HealthOptions(every=2) if case == "nonfinite" else HealthOptions(every=10, activations=10) if case in LATE else \
             HealthOptions(every=1, update_every=1)
         selector = TopVariance(max_rows=3) if case == "topvariance" else RandomFilters(max_rows=3)
         if case == "late_start" and rank == 1:

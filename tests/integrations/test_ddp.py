@@ -107,11 +107,24 @@ def test_a_nan_in_one_ranks_weight_between_health_steps_is_reported_once_without
     # Rank 1 finds its own weight, rank 0 only the all-reduced gradients: both still run the forward of
     # step 3 again and combine their activation checks (their finds agree on the gradients), where rank 0
     # alone used to wait in that collective until the timeout.
+    # That collective also carries each rank's find, and the ranks agree on it: rank 0, which saw only the
+    # gradients the NaN weight made, names rank 1's weight too (before, each rank named what it saw).
     results = run_ranks("weight_one_rank", tmp_path)
     assert [result.get("error") for result in results] == [None, None]
-    assert [result["nonfinite"][:2] for result in results] == [[3, "2"], [3, "2"]]
-    assert results[1]["nonfinite"][2] == "weight"  # what each rank saw: rank 0 its gradient (or output)
+    assert [result["nonfinite"] for result in results] == [[3, "2", "weight"], [3, "2", "weight"]]
     assert [(f.rule, f.step, f.layer) for f in reading.findings(str(tmp_path)) if f.rule == "nonfinite"] == [("nonfinite", 3, "2")]
+
+
+def test_a_nan_only_one_ranks_copy_of_a_weight_holds_is_reported_by_rank_zero_at_the_next_health_step(tmp_path):
+    # Rank 1's copy of an embedding row that no batch looks up turns NaN at step 3: no gradient shows it,
+    # so rank 0 finds nothing itself. The health step at 10 carries the ranks' finds: from then on both
+    # ranks name it, and rank 0 writes the finding (before, nothing was written: rank 1 writes no events).
+    results = run_ranks("hidden_weight_one_rank", tmp_path)
+    assert [result.get("error") for result in results] == [None, None]
+    assert [result["before_health_step"] for result in results] == [None, [3, "embedding", "weight"]]
+    assert [result["nonfinite"] for result in results] == [[3, "embedding", "weight"]] * 2
+    assert [(f.rule, f.step, f.layer) for f in reading.findings(str(tmp_path)) if f.rule == "nonfinite"] == [
+        ("nonfinite", 3, "embedding")]
 
 
 def test_on_the_device_path_a_nan_in_rank_ones_batch_is_named_where_it_entered_by_both_ranks(tmp_path):

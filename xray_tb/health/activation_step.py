@@ -15,10 +15,10 @@ from xray_tb.trace.activations import recompute
 
 
 def measure(scope: Scope, kept: dict, reductions: SharedReductions, families: list[ActivationStatistic], checks: ForwardChecks,
-            group: Optional[Group], step: int, nan: torch.Tensor, shared_flags: Optional[dict] = None) -> tuple[list, dict]:
+            group: Optional[Group], step: int, nan: torch.Tensor, shared_rows: Optional[dict] = None) -> tuple[list, dict]:
     """``(row, vectors)`` of one health step, from ``kept`` (the hooks' latest values by tap). Under
-    torch.distributed, the families that can combine every rank's batch do (one collective), and so do
-    ``shared_flags`` (``{name: [flag or None]}``, made global in place: set on any rank, set)."""
+    torch.distributed, the families that can combine every rank's batch do (one collective), which also
+    carries ``shared_rows`` (``{name: 1-d tensor}``, each replaced in place by every rank's, ``ranks x n``)."""
     values = []
     for layer in scope.activations:
         source = kept.get(layer.source.tap)
@@ -34,10 +34,8 @@ def measure(scope: Scope, kept: dict, reductions: SharedReductions, families: li
         results = [family.compute(values, nan) for family in families]
         found = checks.compute(outputs, checked)
     else:
-        found = {**checks.compute(outputs, checked), **(shared_flags or {})}
-        shared = combine_activations(group, step, families, values, found, nan)
-        for name in shared_flags or {}:
-            shared_flags[name] = found.pop(name)
+        found = checks.compute(outputs, checked)
+        shared = combine_activations(group, step, families, values, found, nan, shared_rows)
         results = [family.compute(values, nan) if result is None else result for family, result in zip(families, shared)]
     row: list = []
     vectors: dict = {}

@@ -27,7 +27,6 @@ class DeviceFinds:
     def __init__(self):
         self._state: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor, Optional[torch.Tensor]]] = None  # seen, step, flags, inputs'
         self._layout: Optional[Layout] = None
-        self._elsewhere = False  # under DDP: another rank's batch held the NaN or Inf of the first find
 
     def merge(self, step: int, flags: torch.Tensor, positions: list[int], count: int,
               inputs: Optional[InputFlags] = None) -> Optional[tuple[int, list[bool], Optional[tuple]]]:
@@ -43,7 +42,7 @@ class DeviceFinds:
             watched = None if inputs is None else torch.zeros(len(inputs[1]), dtype=torch.bool, device=device)
             self._state = (torch.zeros((), dtype=torch.bool, device=device), torch.full((), -1, dtype=torch.int64, device=device),
                            torch.zeros(len(positions), dtype=torch.bool, device=device), watched)
-            self._layout, self._elsewhere = layout, False
+            self._layout = layout
         seen, first_step, first_flags, first_inputs = self._state
         new = flags.any() & ~seen  # the flags stay all False until the first iteration with one
         first_flags.logical_or_(flags & new)
@@ -69,23 +68,7 @@ class DeviceFinds:
         inputs = None
         if first_inputs is not None and bool(first_inputs.any()):
             inputs = (input_positions, first_inputs.tolist())
-        elif self._elsewhere:  # which of its inputs is that rank's to know: any
-            inputs = ((), [True])
         return int(first_step), flags, inputs
-
-    def input_flag(self) -> Optional[torch.Tensor]:
-        """1.0 where the first find kept so far has a flagged input, else 0.0 (0-d, on the device; None
-        before the first check): what a DDP health step combines over the ranks (:meth:`flagged_elsewhere`)."""
-        if self._state is None:
-            return None
-        first_inputs = self._state[3]
-        return first_inputs.any().float() if first_inputs is not None else torch.zeros((), device=self._state[0].device)
-
-    def flagged_elsewhere(self) -> None:
-        """A rank's batch held the NaN or Inf of the first find (the ranks' finds are one: DDP's gradients
-        are all-reduced): the find, read, says so, also where this rank's own batch was finite."""
-        if self._state is not None:
-            self._elsewhere = True
 
     def shift(self, delta: int) -> None:
         """File the kept find ``delta`` steps later."""

@@ -16,9 +16,9 @@ the data: the answer a CPU run gives.
 Watched: the forwards of the root module on the training thread, with grad enabled (not validation,
 not Xray's own forwards), and only the inputs on the weights' device (an input the model moves there
 itself is not). An overflow inside the network (finite batch, non-finite activation) is still named
-where backward starts on an accelerator. Under DDP each rank watches its own batch, and the health
-steps' collective tells every rank whether the first find's batch held the NaN on any rank
-(:meth:`~xray_tb.health.device_finds.DeviceFinds.flagged_elsewhere`): all name where it entered.
+where backward starts on an accelerator. Under DDP and FSDP each rank watches its own batch, and the
+ranks' agreement on the first find says whether its batch held the NaN on any rank
+(:mod:`~xray_tb.health.find_agreement`): all name where it entered.
 """
 
 from __future__ import annotations

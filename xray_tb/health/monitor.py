@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from xray_tb.trace.graph import Graph
-from xray_tb.health import activation_step
+from xray_tb.health import activation_step, find_agreement
 from xray_tb.health.block_writer import BlockWriter
 from xray_tb.health.families import Families
 from xray_tb.health.buffer import RowBuffer
@@ -195,13 +195,13 @@ class HealthMonitor:
         """The activation statistics of ``step`` from what ``recorder`` kept (the monitor's own by default)."""
         recorder = self._recorder if recorder is None else recorder
         with torch.no_grad(), self._reductions:  # inside take_graphs(), the frames reuse what is reduced here
-            # under DDP, whether any rank's batch held the first find's NaN
-            shared = {"batch": [self._sentinel.input_flag()]} if self._group is not None and self.inputs is not None else None
+            # under torch.distributed, the ranks agree on the first non-finite iteration (the same on every rank)
+            rows = {"find": find_agreement.local_row(self._sentinel)} if self._group is not None and self._sentinel.agreed is None else None
             families = self.families
             row, vectors = activation_step.measure(self.scope, recorder.latest, self._reductions, families.activation,
-                                                   families.checks, self._group, step, self._nan, shared)
-            if shared and shared["batch"][0] is not None and float(shared["batch"][0]) > 0:
-                self._sentinel.inputs_flagged_elsewhere()
+                                                   families.checks, self._group, step, self._nan, rows)
+            if rows:
+                find_agreement.agree(self._sentinel, rows["find"])
             self._activation_rows.add(step, row, self._nan)
         if vectors:
             self._vectors.append((int(step), time.time(), vectors))

@@ -44,7 +44,7 @@ class NonFiniteSentinel:
         self.layout = FlagLayout(layers, bias_layers or ())
         self.done = False  # a first non-finite iteration was found (or its search is over)
         self._found: Optional[tuple[int, list[bool]]] = None  # (step, flags), weights then grads
-        #: On an accelerator: the first find, kept on the device (under DDP its input flag is combined at health steps).
+        #: On an accelerator: the first find, kept on the device until it is read.
         self.device_finds = DeviceFinds()
         #: ``{step: (positions, flags)}``: the floating inputs of a step with a find whose batch was watched, where
         #: one held a NaN or an infinity (:mod:`xray_tb.health.input_watch`).
@@ -220,23 +220,6 @@ class NonFiniteSentinel:
     def _read_device(self) -> None:
         if not self.done and (found := self.device_finds.read()) is not None:
             self._take_device_find(found)
-
-    def input_flag(self):
-        """Whether the first find so far has a batch that held its NaN or Inf: a 0-d tensor on the device
-        while the find is kept there, else 1.0 or 0.0 once it was read; None before any find or check
-        (what a health step combines over the ranks, :meth:`inputs_flagged_elsewhere`)."""
-        flag = self.device_finds.input_flag()
-        if flag is None and self._found is not None:
-            return float(self._found[0] in self.input_finds)
-        return flag
-
-    def inputs_flagged_elsewhere(self) -> None:
-        """A rank's batch held the first find's NaN or Inf (the ranks' finds are one, their gradients
-        reduced together): this rank's find says so too, also where its own batch was finite."""
-        if self._found is not None:
-            self.input_finds.setdefault(self._found[0], ((), [True]))
-        else:
-            self.device_finds.flagged_elsewhere()
 
     def _take_device_find(self, found: tuple) -> None:
         step, flags, inputs = found

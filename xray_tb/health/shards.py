@@ -33,6 +33,7 @@ import torch
 
 from xray_tb import sharding
 from xray_tb.distributed import Group
+from xray_tb.health import find_agreement
 from xray_tb.health.pacing import Pacer
 from xray_tb.health.sentinel import NonFiniteSentinel
 from xray_tb.health.stats.base import IterationStatistic
@@ -77,13 +78,13 @@ class ShardedHealth:
         zero = torch.zeros((), dtype=torch.float64, device=device)
         values = torch.stack([zero if value is None else value.to(device) for value in row]).to(torch.float64)
         present = torch.tensor([value is not None for value in row], dtype=torch.float64, device=device)
-        extra = torch.cat([torch.tensor([float(pacer.every)], dtype=torch.float64), self._found()]).to(device)
+        extra = torch.cat([torch.tensor([float(pacer.every)], dtype=torch.float64), find_agreement.local_row(self._sentinel)]).to(device)
         gathered = group.gather(step, torch.cat([values, present, extra]), what="iteration")
         size = len(row)
         combined, seen = _combine(gathered[:, :size], gathered[:, size:2 * size] > 0, ops, counted, group.rank)
         extra = gathered[:, 2 * size:].cpu()
         pacer.every = max(1, int(extra[0, 0]))
-        self._agree(extra[:, 1:])
+        find_agreement.agree(self._sentinel, extra[:, 1:])
         return [value if keep else None for value, keep in zip(combined.float().unbind(), seen.tolist())]
 
     def _columns(self, families: list[IterationStatistic], device: torch.device) -> tuple[list, torch.Tensor]:
@@ -107,27 +108,7 @@ class ShardedHealth:
         group = self._group
         if group is None or group.failed or self._sentinel.agreed is not None:
             return
-        self._agree(group.gather(step, self._found(), what="close").cpu())
-
-    def _found(self) -> torch.Tensor:
-        """This rank's first non-finite iteration: its step (-1: none), flags (weights then gradients), and
-        whether its batch held the NaN or Inf (checked as it arrives, :mod:`xray_tb.health.input_watch`)."""
-        sentinel = self._sentinel
-        found = sentinel.local_find()
-        flags = found[1] if found is not None else [False] * sentinel.flag_count
-        batch = found is not None and found[0] in sentinel.input_finds
-        return torch.tensor([-1.0 if found is None else float(found[0]), *map(float, flags), float(batch)], dtype=torch.float64)
-
-    def _agree(self, found: torch.Tensor) -> None:
-        """The earliest step of the ranks' :meth:`_found` rows (``ranks x values``), with the flags of every
-        rank that saw it then, and whether the batch of any of them held it."""
-        steps = found[:, 0]
-        if bool((steps >= 0).any()):
-            first = float(steps[steps >= 0].min())
-            *flags, batch = (found[steps == first, 1:] > 0).any(dim=0).tolist()
-            self._sentinel.agree(int(first), flags)
-            if batch:
-                self._sentinel.input_finds.setdefault(int(first), ((), [True]))
+        find_agreement.agree(self._sentinel, group.gather(step, find_agreement.local_row(self._sentinel), what="close").cpu())
 
 
 def _combine(values: torch.Tensor, present: torch.Tensor, ops: list[Optional[str]], counted: torch.Tensor,

@@ -164,8 +164,10 @@ class TrainingHealth:
     def first_nonfinite(self) -> Optional[NonFinite]:
         """None, or where the first NaN/Inf appeared: ``step``, ``layer`` and ``kind`` (weight, weight_grad,
         bias, bias_grad, output or activation). Weights and gradients are checked on every training
-        iteration, biases where a non-finite value was found, outputs and activations at health steps. Under FSDP, before ``close()``: what the ranks agreed at the last
-        measured iteration (``close()`` agrees on the rest)."""
+        iteration, biases where a non-finite value was found, outputs and activations at health steps.
+        Under DDP, once a health step agreed on it, the same on every rank (before, this rank's own find);
+        under FSDP, before ``close()``: what the ranks agreed at the last measured iteration or health
+        step (``close()`` agrees on the rest)."""
         monitor = self._monitor()
         monitor.flush()
         return monitor.first_nonfinite
