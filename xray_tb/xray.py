@@ -145,7 +145,7 @@ class Xray:
         del architecture  # the recording keeps a compact copy: see the `architecture` property
         self._capture = Capturer(recording, selector=selector if selector is not None else RandomFilters(), storage_dtype=storage_dtype,
                                  budget_bytes=budget_bytes, layer_scalars=layer_scalars, probe=probe, loss_fn=loss_fn, group=group)
-        first_plan = self._capture.prepare(self.draft_plan() if plan is None else plan, modules)
+        first_plan = self._capture.prepare(self.draft_plan() if plan is None else plan, modules, drafted=plan is None)
         open_sink(recording, self._writes, logdir, writer)
         self._recording = recording
         self._finalizer = weakref.finalize(self, release_on_collection, recording)

@@ -15,6 +15,7 @@ from torch.nn import functional as F  # noqa: E402
 
 from tests import models  # noqa: E402
 from xray_tb import Xray, open_run  # noqa: E402
+from xray_tb.capture.plan import normalize_plan  # noqa: E402
 
 ACTIVATIONS = {
     "relu": lambda x: F.relu(x),
@@ -75,6 +76,21 @@ def test_conv_bn_relu_draft_and_activation(tmp_path):
     conv = model.features[0](x)
     expected = torch.relu(F.batch_norm(conv, None, None, model.features[1].weight, model.features[1].bias, training=True))
     torch.testing.assert_close(values, expected[0, header.indices].detach(), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("model_cls", [models.FunctionalNet, models.ResidualNet, models.TinyUNet, models.ReusedModule,
+                                       models.InplaceReluNet, models.ConvBnRelu, models.LSTMClassifier, models.TinyTransformer],
+                         ids=lambda cls: cls.__name__)
+def test_the_drafted_plan_installed_unchecked_is_the_plan_validation_gives(tmp_path, model_cls):
+    # Xray() installs its own draft without checking it layer by layer (valid by construction); the same
+    # draft through validation, as set_plan() takes a user's plan, gives the same plan.
+    torch.manual_seed(0)
+    model = model_cls()
+    with Xray(model, model_cls.example_input(), logdir=str(tmp_path)) as xray:
+        installed = xray.plan
+        assert installed == normalize_plan(xray.draft_plan(), xray.recording.graph, model)
+        xray.set_plan(xray.draft_plan())
+        assert xray.plan == installed
 
 
 def test_unused_and_container_layers_get_clear_errors(tmp_path):

@@ -56,12 +56,12 @@ class Capturer:
 
     # The plan -------------------------------------------------------------------------------------
 
-    def prepare(self, plan: plans.PlanLike, modules: Optional[dict[str, nn.Module]] = None) -> PreparedPlan:
+    def prepare(self, plan: plans.PlanLike, modules: Optional[dict[str, nn.Module]] = None, drafted: bool = False) -> PreparedPlan:
         """``plan`` validated and ready to :meth:`install`; ``modules``: ``dict(model.named_modules())``
-        when the caller has it."""
+        when the caller has it; ``drafted``: ``plan`` is :func:`~xray_tb.capture.plan.draft_plan`'s, as it made it."""
         model, traced = self.recording.model, self.recording.graph
         modules = dict(model.named_modules()) if modules is None else modules
-        normalized = plans.normalize_plan(plan, traced, model, modules)
+        normalized = plans.drafted(plan) if drafted else plans.normalize_plan(plan, traced, model, modules)
         grads_planned = any(kinds["grad"] for kinds in normalized.values())
         if self.probe is not None and grads_planned and self.loss_fn is None:
             raise ValueError("the plan records 'grad' on the probe batch: give loss_fn= (called as loss_fn(output, y))")

@@ -129,13 +129,13 @@ class Scope:
 
     def refresh_weights(self) -> None:
         """Find the weight parameters again (after pruning replaced ``weight`` by ``weight_orig``)."""
-        self.weighted = [
-            WeightedLayer(name, self.modules[name], params)
-            for name in self.order
-            if (params := weight_parameters(self.modules[name]))
-        ]
+        modules = self.modules
+        # most modules of a big model hold no parameter of their own (activations, containers): passed over at once
+        owning = [(name, module) for name in self.order
+                  if (module := modules[name])._parameters or "parametrizations" in module._modules]
+        self.weighted = [WeightedLayer(name, module, params) for name, module in owning if (params := weight_parameters(module))]
         #: ``(layer, bias)`` of every layer's biases, in dataflow order.
-        self.biases = [(name, bias) for name in self.order for bias in bias_parameters(self.modules[name])]
+        self.biases = [(name, bias) for name, module in owning for bias in bias_parameters(module)]
         #: The weighted layers whose every weight an earlier layer holds too (a language model's head tied
         #: to its embedding): a global gradient norm counts their weights once.
         self.sharing = frozenset(_sharing(self.weighted))
