@@ -115,7 +115,8 @@ class Xray:
         ranks: str = "zero",
         collective_timeout: float = distributed.DEFAULT_TIMEOUT_SECONDS,
     ):
-        wrapped, model = arguments.wrappers(model), arguments.model(model)  # with DDP's and torch.compile's, the inner module
+        # with DDP's and torch.compile's, the inner module; its modules, one walk for the trace, the plan and training health
+        wrapped, (model, modules) = arguments.wrappers(model), arguments.model_and_modules(model)
         logdir, writer = arguments.destination(logdir, writer)
         arguments.optimizer(optimizer)
         arguments.flag(layer_scalars, "layer_scalars")
@@ -136,7 +137,6 @@ class Xray:
         probe = arguments.probe_batch(probe, model)
         args, kwargs = arguments.example_inputs(model, example_input, input_size)
         distributed.meet_before_tracing(group, model)
-        modules = dict(model.named_modules())  # one walk for the trace, the plan and training health
         architecture = arguments.trace_model(model, args, kwargs, modules)
         arguments.probe_runs(model, probe, loss_fn)
         self.run_id = uuid.uuid4().hex

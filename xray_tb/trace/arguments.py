@@ -150,11 +150,18 @@ def model(value: Any) -> nn.Module:
     and a ``DistributedDataParallel``'s module (in either order), so layer names are the model's own.
     Tracing and probes then run eagerly and without DDP's collectives; the training loop's compiled
     or DDP forward still runs the hooked modules."""
+    return model_and_modules(value)[0]
+
+
+def model_and_modules(value: Any) -> tuple[nn.Module, dict[str, nn.Module]]:
+    """:func:`model`, and ``dict(model.named_modules())`` from the same walk (Xray's trace, first plan
+    and training health use it)."""
     if not isinstance(value, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(value).__name__}")
     value = wrappers(value)[-1]
-    if not any(t is not None and t.is_meta for m in value.modules() for t in (*m._parameters.values(), *m._buffers.values())):
-        return value  # one walk of the modules' own tensors (named_parameters() and named_buffers() walk twice, with names)
+    modules = dict(value.named_modules())
+    if not any(t is not None and t.is_meta for m in modules.values() for t in (*m._parameters.values(), *m._buffers.values())):
+        return value, modules  # the modules' own tensors (named_parameters() and named_buffers() walk twice, with names)
     meta = next(name for name, t in (*value.named_parameters(), *value.named_buffers()) if t.is_meta)
     raise ValueError(
         f"the model's {meta!r} is on the 'meta' device and holds no values; materialise the model first "
