@@ -23,7 +23,6 @@ import operator
 from typing import Any, Optional
 
 import numpy as np
-from tensorboard import errors
 from tensorboard.backend.event_processing import data_provider as multiplexer_provider
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.data import provider

@@ -63,6 +63,8 @@ def reference(model: Checkpointed, x: torch.Tensor, y: torch.Tensor) -> dict[str
     handles = [block.fc.register_forward_hook(keep(f"blocks.{i}.fc")) for i, block in enumerate(model.blocks)]
     model.eval()
     F.cross_entropy(model(x), y).backward()
+    for handle in handles:
+        handle.remove()
     return {name: (output.detach(), output.grad) for name, output in outputs.items()}
 
 

@@ -11,7 +11,6 @@ import sys
 import time
 import warnings
 
-import numpy as np
 import pytest
 import torch
 from playwright.sync_api import expect
@@ -332,7 +331,7 @@ def test_5_a_link_pasted_into_the_open_tab_is_followed_and_one_naming_what_is_mi
     expect(frame.locator("#xray-layer-title")).to_have_text("stem")
     expect(frame.locator("#xray-step-label")).to_have_text("step 15")
     expect(frame.locator("#xray-run")).to_have_value(OTHER)
-    page.evaluate(f"() => {{ location.hash = '#xray&p.xray.run=gone&p.xray.view=layer&p.xray.layer=stem'; }}")
+    page.evaluate("() => { location.hash = '#xray&p.xray.run=gone&p.xray.view=layer&p.xray.layer=stem'; }")
     expect(frame.locator("#xray-error")).to_contain_text(f"The link's run 'gone' is not in this logdir; showing '{OTHER}'.")
     page.evaluate(f"() => {{ location.hash = '#xray&p.xray.run={MAIN}&p.xray.view=layer&p.xray.layer=renamed'; }}")
     expect(frame.locator("#xray-error")).to_contain_text(f"The link's layer 'renamed' is not in run '{MAIN}'; showing")

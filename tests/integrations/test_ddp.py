@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from torch import nn
 
 from tests.helpers import ranks

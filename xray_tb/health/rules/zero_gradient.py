@@ -7,7 +7,6 @@ model, a layer frozen out of the loss. The value is the layer's ``grad_l2`` (0).
 
 from __future__ import annotations
 
-import numpy as np
 
 from xray_tb.health.findings import Hit
 from xray_tb.health.rules.base import Rule, RuleInput, Streaks, first_hits
