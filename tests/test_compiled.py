@@ -22,7 +22,7 @@ def test_a_compiled_model_is_recorded_under_its_own_layer_names(tmp_path):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
     compiled = torch.compile(model, backend="eager")  # dynamo's own backend: no C++ compiler needed
-    assert arguments.model(compiled) is model
+    assert arguments.model_and_modules(compiled)[0] is model
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     expected = {}
     with Xray(compiled, torch.randn(4, 8), logdir=str(tmp_path), every=5, plan={"0": {"output": True}}) as xray:

@@ -144,18 +144,13 @@ def selector(value: Any) -> Optional[Selector]:
     )
 
 
-def model(value: Any) -> nn.Module:
-    """The module Xray looks into: ``value``, an ``nn.Module`` whose parameters and buffers hold values
-    (not on the meta device), with its wrappers taken off: a ``torch.compile``d module's original module
-    and a ``DistributedDataParallel``'s module (in either order), so layer names are the model's own.
-    Tracing and probes then run eagerly and without DDP's collectives; the training loop's compiled
-    or DDP forward still runs the hooked modules."""
-    return model_and_modules(value)[0]
-
-
 def model_and_modules(value: Any) -> tuple[nn.Module, dict[str, nn.Module]]:
-    """:func:`model`, and ``dict(model.named_modules())`` from the same walk (Xray's trace, first plan
-    and training health use it)."""
+    """The module Xray looks into, and its ``dict(named_modules())`` (one walk, which Xray's trace, first
+    plan and training health share). The module is ``value``, an ``nn.Module`` whose parameters and
+    buffers hold values (not on the meta device), with its wrappers taken off: a ``torch.compile``d
+    module's original module and a ``DistributedDataParallel``'s module (in either order), so layer
+    names are the model's own. Tracing and probes then run eagerly and without DDP's collectives; the
+    training loop's compiled or DDP forward still runs the hooked modules."""
     if not isinstance(value, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(value).__name__}")
     value = wrappers(value)[-1]
@@ -171,7 +166,7 @@ def model_and_modules(value: Any) -> tuple[nn.Module, dict[str, nn.Module]]:
 
 def wrappers(value: nn.Module) -> list[nn.Module]:
     """``value`` and the module inside each of its wrappers (``torch.compile``, ``DistributedDataParallel``,
-    in either order), outermost first: the last is the model :func:`model` looks into."""
+    in either order), outermost first: the last is the model :func:`model_and_modules` looks into."""
     chain = [value]
     while (inner := _uncompiled(distributed.unwrap(chain[-1]))) is not chain[-1]:
         chain.append(inner)
