@@ -88,9 +88,4 @@ class Extremes:
 
 
 def _capture(blobs: list[bytes]) -> Capture:
-    capture = {}
-    for layer, kind, stats in frame_stats.decode_frame_stats(blobs):
-        low, high = stats.get("min", math.nan), stats.get("max", math.nan)
-        if math.isfinite(low) and math.isfinite(high):
-            capture[(layer, kind)] = (low, high)
-    return capture
+    return frame_stats.frame_extremes(blobs)
