@@ -1,9 +1,13 @@
 """Each capture's frame statistics as plugin data (numpy and protos only).
 
-Tag :data:`FRAME_STATS_TAG` at the capture's step, two blobs: a JSON header ``{"frames": [[layer, kind],
-...], "stats": [...]}`` (the :data:`tb_plugin.metadata.STATS` names) and an ``.npy`` float64 matrix
-frames × stats. The plugin's ``/ranges`` and :func:`xray_tb.open_run`'s ``to_pandas`` read it; the
-same statistics are written as ``xray_stats/...`` scalars only with ``Xray(..., layer_scalars=True)``.
+Tag :data:`FRAME_STATS_TAG` at the capture's step: a JSON header ``{"frames": [[layer, kind], ...],
+"stats": [...]}`` (the :data:`tb_plugin.metadata.STATS` names) and an ``.npy`` float64 matrix frames ×
+stats, in one blob: :data:`ONE_BLOB`, the header's length (4 bytes, little-endian), the header, the
+``.npy`` bytes. One blob, because on the fast loader each blob is a ``ReadBlob`` call of its own, and
+the first ``/ranges`` reads every capture's (runs written before 2026-12-03 hold the header and the
+matrix as two blobs, read alike). The plugin's ``/ranges`` and :func:`xray_tb.open_run`'s
+``to_pandas`` read it; the same statistics are written as ``xray_stats/...`` scalars only with
+``Xray(..., layer_scalars=True)``.
 
 :func:`frame_extremes` reads only each frame's minimum and maximum, for ``/ranges``, whose first
 request reads every capture: the headers (the same bytes at most captures) are parsed once, the
@@ -21,20 +25,37 @@ from tensorboard.compat.proto import summary_pb2
 from tb_plugin import metadata
 
 FRAME_STATS_TAG = "xray/frame_stats"
+#: The first bytes of the one blob a capture's frame statistics are written as.
+ONE_BLOB = b"xray-frame-stats/1\n"
 
 
 def add_frame_stats(summary: summary_pb2.Summary, frames: list[tuple[str, str, dict[str, float]]]) -> None:
-    """Append ``(layer, kind, {stat: value})`` of every frame of a capture as one value."""
+    """Append ``(layer, kind, {stat: value})`` of every frame of a capture as one value (one blob)."""
     matrix = np.array([[stats.get(name, np.nan) for name in metadata.STATS] for _, _, stats in frames], dtype=np.float64)
     header = json.dumps({"frames": [[layer, kind] for layer, kind, _ in frames], "stats": list(metadata.STATS)}).encode("utf-8")
+    values = metadata.encode_array(matrix.reshape(len(frames), len(metadata.STATS)))
     metadata.add_blobs(summary, FRAME_STATS_TAG, metadata.create_summary_metadata({"type": "frame_stats"}),
-                        [header, metadata.encode_array(matrix.reshape(len(frames), len(metadata.STATS)))])
+                        [b"".join((ONE_BLOB, len(header).to_bytes(4, "little"), header, values))])
+
+
+def parts(blobs: list[bytes]) -> tuple[bytes, bytes]:
+    """The JSON header and the ``.npy`` bytes of a capture's frame statistics, from one blob or from
+    the two of older runs; raises ``ValueError`` for anything else."""
+    if len(blobs) == 2:
+        return blobs[0], blobs[1]
+    if len(blobs) == 1 and blobs[0][:len(ONE_BLOB)] == ONE_BLOB:
+        data, start = blobs[0], len(ONE_BLOB) + 4
+        end = start + int.from_bytes(data[len(ONE_BLOB):start], "little")
+        if len(data) >= end:
+            return data[start:end], data[end:]
+    raise ValueError(f"not frame statistics: {len(blobs)} blob(s)")
 
 
 def decode_frame_stats(blobs: list[bytes]) -> list[tuple[str, str, dict[str, float]]]:
     """The ``(layer, kind, {stat: value})`` written by :func:`add_frame_stats`."""
-    header = json.loads(blobs[0])
-    matrix = metadata.decode_array(blobs[1])
+    header_bytes, values = parts(blobs)
+    header = json.loads(header_bytes)
+    matrix = metadata.decode_array(values)
     return [(layer, kind, {name: float(v) for name, v in zip(header["stats"], row)}) for (layer, kind), row in zip(header["frames"], matrix)]
 
 
@@ -47,8 +68,9 @@ _KEPT = 256
 def frame_extremes(blobs: list[bytes]) -> dict[tuple[str, str], tuple[float, float]]:
     """``{(layer, kind): (min, max)}`` of the frames of one capture whose minimum and maximum are both
     finite, from the blobs :func:`add_frame_stats` wrote (what :func:`decode_frame_stats` gives, faster)."""
-    frames, low_column, high_column = _header(blobs[0])
-    matrix = _matrix(blobs[1])
+    header, values = parts(blobs)
+    frames, low_column, high_column = _header(header)
+    matrix = _matrix(values)
     if matrix.shape[0] != len(frames):
         raise ValueError(f"frame statistics of {len(frames)} frames hold {matrix.shape[0]} rows")
     extremes = {}
