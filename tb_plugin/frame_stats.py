@@ -34,8 +34,13 @@ def add_frame_stats(summary: summary_pb2.Summary, frames: list[tuple[str, str, d
     matrix = np.array([[stats.get(name, np.nan) for name in metadata.STATS] for _, _, stats in frames], dtype=np.float64)
     header = json.dumps({"frames": [[layer, kind] for layer, kind, _ in frames], "stats": list(metadata.STATS)}).encode("utf-8")
     values = metadata.encode_array(matrix.reshape(len(frames), len(metadata.STATS)))
-    metadata.add_blobs(summary, FRAME_STATS_TAG, metadata.create_summary_metadata({"type": "frame_stats"}),
-                        [b"".join((ONE_BLOB, len(header).to_bytes(4, "little"), header, values))])
+    metadata.add_blobs(summary, FRAME_STATS_TAG, metadata.create_summary_metadata({"type": "frame_stats"}), [one_blob(header, values)])
+
+
+def one_blob(header: bytes, values: bytes) -> bytes:
+    """The blob of a capture's frame statistics: :data:`ONE_BLOB`, the JSON header's length, the header,
+    the ``.npy`` bytes (what :func:`parts` splits again)."""
+    return b"".join((ONE_BLOB, len(header).to_bytes(4, "little"), header, values))
 
 
 def parts(blobs: list[bytes]) -> tuple[bytes, bytes]:

@@ -265,7 +265,7 @@ def test_a_statistic_or_document_that_does_not_decode_is_skipped(tmp_path, recor
     def break_stat_and_add_bad_plan(event):
         stat = next(value for value in event.summary.value if value.tag == frame_stats.FRAME_STATS_TAG)
         header, _ = frame_stats.parts(list(stat.tensor.string_val))  # its matrix replaced
-        stat.tensor.string_val[0] = b"".join((frame_stats.ONE_BLOB, len(header).to_bytes(4, "little"), header, b"not npy"))
+        stat.tensor.string_val[0] = frame_stats.one_blob(header, b"not npy")
         event.summary.MergeFrom(metadata.json_summary(metadata.PLAN_TAG, {}))
         event.summary.value[-1].tensor.string_val[0] = b"{not json"
 
