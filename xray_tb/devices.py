@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator, Union
 
+import numpy as np
 import torch
 
 _forced = False
@@ -33,3 +34,18 @@ def device_path_on_cpu() -> Iterator[None]:
         yield
     finally:
         _forced = before
+
+
+def host_array(tensor: torch.Tensor) -> np.ndarray:
+    """A CPU tensor's values as a numpy array sharing its memory, the tensor left exactly as it was.
+
+    torch's ``Tensor.numpy()`` marks the tensor's storage as never to be resized again, for good. FSDP
+    frees an unsharded parameter by resizing its storage to nothing and fails on a storage so marked
+    ("Trying to resize storage that is not resizable"). So tensors that may be the user's (parameters,
+    gradients, activations) are read through DLPack, which marks nothing; a tensor DLPack cannot
+    carry (a negated view) is copied first."""
+    tensor = tensor.detach()
+    try:
+        return np.from_dlpack(tensor)
+    except (BufferError, RuntimeError, TypeError):
+        return tensor.resolve_neg().resolve_conj().clone().numpy()

@@ -46,6 +46,9 @@ def state_of(model):
         "grads": {k: None if v.grad is None else v.grad.clone() for k, v in model.named_parameters()},
         "training": {k: m.training for k, m in model.named_modules()},
         "rng": torch.get_rng_state(),
+        # torch's .numpy() marks a storage as never to be resized (FSDP resizes its parameters' storages)
+        "resizable": {k: (v.untyped_storage().resizable(), v.grad is None or v.grad.untyped_storage().resizable())
+                      for k, v in [*model.named_parameters(), *model.named_buffers()]},
     }
 
 
@@ -59,6 +62,7 @@ def assert_same_state(before, after):
         assert grad is None or torch.equal(grad, after["grads"][key]), key
     assert before["training"] == after["training"]
     assert torch.equal(before["rng"], after["rng"])
+    assert before["resizable"] == after["resizable"]
 
 
 def tiny_model():

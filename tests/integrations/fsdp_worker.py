@@ -118,6 +118,8 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
     result: dict = {"rank": rank, "steps": []}
     if case in ("batch_device", "batch_device_late", "batch_cpu", "batch_cpu_late"):
         return batch_with_a_nan(rank, logdir, result, 23 if case.endswith("late") else 13, case.startswith("batch_device"))
+    if case == "accumulate":
+        return accumulate_unsharded(rank, logdir, result)
     x, y = (part[rank::world].to(device) for part in full_batch())
     outputs = OUTPUTS.get(case, 3)
     y = targets(y, outputs)
@@ -183,6 +185,34 @@ def batch_with_a_nan(rank: int, logdir: str, result: dict, planted: int, device_
         train_with_a_nan_batch(model, xray, x, y, rank, planted, lr=0.1)
         xray.close()
         result["nonfinite"] = _where(xray.first_nonfinite)
+    _finish(result, caught, logdir, rank)
+
+
+def accumulate_unsharded(rank: int, logdir: str, result: dict) -> None:
+    """Gradient accumulation as FSDP2 recommends it: the parameters stay unsharded between the micro-batches
+    (``set_reshard_after_backward(False)``), and ``take_graphs()`` runs after every backward, its weight frames
+    read from the unsharded parameters; FSDP's next reshard frees their storage by resizing it."""
+    x, y = (part[rank::WORLD] for part in full_batch())
+    y = targets(y)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = shard(mlp())
+        xray = Xray(model, x, logdir=logdir, every=2, plan={"0": {"weight": True}, "2": {"weight": True}},
+                    selector=RandomFilters(max_rows=3))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for micro in range(6):
+            last = micro % 2 == 1
+            model.set_requires_gradient_sync(last)
+            model.set_reshard_after_backward(last)
+            nn.MSELoss()(model(x), y).backward()
+            if xray.take_graphs() is not None:  # a weight left unsharded is a plain tensor, whole on every rank
+                result["steps"].append({name: (w.full_tensor() if hasattr(w, "full_tensor") else w).tolist()
+                                        for name in ("0", "2") for w in [getattr(model, name).weight]})
+            if last:
+                optimizer.step()
+                optimizer.zero_grad()
+        xray.close()
+        result["micro_batches"] = micro + 1
     _finish(result, caught, logdir, rank)
 
 

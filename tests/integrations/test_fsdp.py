@@ -170,6 +170,21 @@ def test_top_variance_of_a_sharded_weight_is_the_full_weights_chosen_from_every_
     assert min(header.indices) < 4 <= max(header.indices)  # rows of both shards (4 + 3)
 
 
+def test_weight_frames_of_parameters_left_unsharded_between_micro_batches_let_fsdp_reshard_them(tmp_path):
+    """torch's own .numpy() would mark an unsharded parameter's storage as never to be resized, and FSDP's
+    next reshard (which resizes it to nothing) would fail in the backward."""
+    rank0, rank1 = run_ranks("accumulate", tmp_path)
+    assert rank0["micro_batches"] == rank1["micro_batches"] == 6
+    assert rank0["warnings"] == rank1["warnings"] == []
+    run = open_run(str(tmp_path))
+    assert run.records() == {"0": {"weight": [0, 2, 4]}, "2": {"weight": [0, 2, 4]}}
+    for step, layers in zip([0, 2, 4], rank0["steps"]):
+        for layer, weight in layers.items():
+            values, header = run.load(layer, "weight", step)
+            full = np.asarray(weight, dtype=np.float32)
+            np.testing.assert_array_equal(values.numpy(), full[header.indices], err_msg=f"{layer} at step {step}")
+
+
 def test_ranks_all_writes_one_run_per_rank(tmp_path):
     results = run_ranks("all", tmp_path)
     assert not event_files(tmp_path)

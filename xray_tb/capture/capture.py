@@ -25,7 +25,7 @@ from xray_tb.capture.sharded import Gathered
 from xray_tb.capture.selectors import SelectionInfo, Selector, check_selection
 from xray_tb.capture.frame_statistics import as_float_array, frame_statistics
 from xray_tb.capture.shared_reductions import SharedReductions
-from xray_tb.devices import on_host
+from xray_tb.devices import host_array, on_host
 
 #: Why a planned kind could not be recorded, by reason key.
 MISSING_REASONS = {
@@ -247,4 +247,4 @@ def _kept_values(view: torch.Tensor, indices: list[int]) -> np.ndarray:
         values = as_float_array(view)
         return (values[indices] if view.dim() else values.copy()).astype(np.float32, copy=False)
     chosen = view.index_select(0, torch.tensor(indices, dtype=torch.long, device=view.device)) if view.dim() else view
-    return chosen.to(device="cpu", dtype=torch.float32).numpy()
+    return host_array(chosen.to(device="cpu", dtype=torch.float32))

@@ -10,7 +10,7 @@ import torch
 
 from tb_plugin.metadata import STATS
 from xray_tb.capture.shared_reductions import SharedReductions
-from xray_tb.devices import on_host
+from xray_tb.devices import host_array, on_host
 
 
 def frame_statistics(tensors: list[torch.Tensor], reductions: Optional[SharedReductions] = None) -> list[dict[str, float]]:
@@ -40,7 +40,7 @@ def as_float_array(tensor: torch.Tensor) -> np.ndarray:
     values = tensor.detach()
     if values.dtype not in (torch.float32, torch.float64):
         values = values.float()
-    return values.numpy()
+    return host_array(values)
 
 
 def _host_statistics(tensor: torch.Tensor, reductions: SharedReductions) -> dict[str, float]:

@@ -26,7 +26,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from xray_tb.devices import on_host
+from xray_tb.devices import host_array, on_host
 
 #: dtypes whose channel sums are taken without a copy (others are read as float32 copies).
 _SHARED_DTYPES = (torch.float32, torch.float64)
@@ -44,7 +44,7 @@ class _Entry:
     def __init__(self, tensor: torch.Tensor):
         self.tensor = tensor
         values = tensor if tensor.dtype in _SHARED_DTYPES else tensor.float()
-        self.values = values.numpy().reshape(-1)  # a copy only for other dtypes or a tensor not laid out contiguously
+        self.values = host_array(values).reshape(-1)  # a copy only for other dtypes or a tensor not laid out contiguously
         self.maxima: dict[int, torch.Tensor] = {}  # unit dim: float32 unit maxima
         self.channels: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # channel dim: float64 sums and sums of squares
         self.low = self.high = self.total = self.squares = None
@@ -224,4 +224,4 @@ def _extremes(entry: _Entry) -> None:
         entry.low = float(flat.min())
     else:
         entry.low = float(np.minimum.reduce(values))
-    entry.high = float(np.maximum.reduce(values if maxima is None else maxima.numpy().reshape(-1)))
+    entry.high = float(np.maximum.reduce(values if maxima is None else host_array(maxima).reshape(-1)))

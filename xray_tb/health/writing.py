@@ -10,6 +10,7 @@ import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
 from tb_plugin import health_metadata
+from xray_tb.devices import host_array
 
 if TYPE_CHECKING:
     from xray_tb.health.buffer import Block
@@ -105,7 +106,7 @@ def vector_events(vectors: list) -> tuple[list[event_pb2.Event], Optional[dict[s
     for step, wall, by_stat in vectors:
         for stat, (layers, tensors) in by_stat.items():
             kept = [(name, t) for name, t in zip(layers, tensors) if t is not None]
-            arrays = [t.float().cpu().numpy() for _, t in kept]
+            arrays = [host_array(t.float().cpu()) for _, t in kept]
             if stat == "dead":
                 dead = {name: array for (name, _), array in zip(kept, arrays)}
             if kept:

@@ -25,7 +25,7 @@ import torch
 
 from xray_tb.numeric import is_number
 from xray_tb.health.stats.base import ActivationStatistic, ActivationValue
-from xray_tb.devices import on_host
+from xray_tb.devices import host_array, on_host
 
 
 class DeadUnits(ActivationStatistic):
@@ -168,7 +168,7 @@ def _write_rounded_up(row: torch.Tensor, values: torch.Tensor) -> None:
     with torch ops."""
     values = values.to(row.device)  # the maxima gathered over ranks may sit elsewhere
     if on_host(row):
-        row.view(torch.int16).numpy()[:] = _bits_rounded_up(values.contiguous().numpy())
+        row.view(torch.int16).numpy()[:] = _bits_rounded_up(host_array(values.contiguous()))
         return
     row.copy_(rounded_up(values))
 
@@ -176,7 +176,7 @@ def _write_rounded_up(row: torch.Tensor, values: torch.Tensor) -> None:
 def _write_rows_rounded_up(rows: list[np.ndarray], values: list[torch.Tensor]) -> None:
     """:func:`_write_rounded_up` into CPU rows (their int16 bits, :attr:`_Ring.bits`), the values of every
     row rounded in one pass."""
-    upper = _bits_rounded_up(np.concatenate([v.contiguous().numpy() for v in values]) if len(values) > 1 else values[0].contiguous().numpy())
+    upper = _bits_rounded_up(np.concatenate([host_array(v) for v in values]) if len(values) > 1 else host_array(values[0].contiguous()))
     start = 0
     for row in rows:
         row[:] = upper[start:start + len(row)]
