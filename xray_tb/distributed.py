@@ -195,7 +195,7 @@ class Group:
 HEAD = 4
 
 #: The kinds of gather, by the code their heads carry (a CRC32: exact in float64).
-KINDS = ("construction", "health", "iteration", "capture", "scores", "close")
+KINDS = ("construction", "health", "iteration", "capture", "scores", "close", "origin")
 
 
 def _code(what: str) -> int:

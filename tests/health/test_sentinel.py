@@ -395,3 +395,56 @@ def test_each_optimizer_keeps_the_marks_of_the_weights_it_steps_from_checked_gra
             read = {id(model.first.weight), id(model.second.weight)} & set(sums.read)
             if step >= 2:
                 assert read == ({id(model.second.weight)} if step == 7 else set()), step
+
+
+def conv_bn_relu() -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.add_module("conv", nn.Conv2d(1, 4, 3))
+    model.add_module("bn", nn.BatchNorm2d(4))
+    model.add_module("relu", nn.ReLU())  # the conv's activation, after the BatchNorm
+    model.add_module("flat", nn.Flatten())
+    model.add_module("fc", nn.Linear(4 * 6 * 6, 3))
+    return model
+
+
+@pytest.mark.parametrize("flush_seconds", [None, 0.0])  # 0: every capture writes its block (slow steps)
+@pytest.mark.parametrize("with_optimizer", [False, True])
+@pytest.mark.parametrize("planted", [0, 37, 40])
+def test_a_nan_norm_weight_is_named_in_the_norm_at_a_capture_step_too(tmp_path, planted, with_optimizer, flush_seconds):
+    """At a capture the forward checks see the NaN in the conv's activation (its ReLU after the
+    BatchNorm), before the iteration's own check of the BatchNorm's weight: the weight still comes first."""
+    model = conv_bn_relu()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    extra = {"optimizer": optimizer} if with_optimizer else {}
+    health = HealthOptions() if flush_seconds is None else HealthOptions(flush_seconds=flush_seconds)
+    generator = torch.Generator().manual_seed(1)
+    data = [(torch.randn(8, 1, 8, 8, generator=generator), torch.randint(0, 3, (8,), generator=generator)) for _ in range(45)]
+    with Xray(model, data[0][0], logdir=str(tmp_path), every=10, health=health, **extra) as xray:
+        for step, (x, y) in enumerate(data):
+            optimizer.zero_grad()
+            if step == planted:
+                with torch.no_grad():
+                    model.bn.weight[1] = math.nan
+            F.cross_entropy(model(x), y).backward()
+            xray.take_graphs()
+            optimizer.step()
+        assert xray.first_nonfinite == NonFinite(step=planted, layer="bn", kind="weight")
+        assert [(f.layer, f.step) for f in xray.findings() if f.rule == "nonfinite"] == [("bn", planted)]
+
+
+@pytest.mark.parametrize("where", ["weight", "bias"])
+def test_a_nan_written_before_the_first_step_is_named_as_the_parameter_with_optimizer(tmp_path, where):
+    """With optimizer= the first capture writes its block at once, before the optimizer step checks the
+    weights: the output check alone would name the layer's output."""
+    model = three_layers()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    def plant(step, model):
+        if step == 0:
+            with torch.no_grad():
+                getattr(model.second, where).view(-1)[0] = math.nan
+
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10, optimizer=optimizer) as xray:
+        train(model, xray, optimizer, 12, plant)
+        assert xray.first_nonfinite == NonFinite(step=0, layer="second", kind=where)

@@ -5,6 +5,7 @@ CASE RANK PORT LOGDIR``. Joins a 2-process gloo group on 127.0.0.1, trains a sma
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -241,8 +242,8 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
                 xray.take_graphs()
             found = xray.first_nonfinite
             result["nonfinite"] = None if found is None else [found.step, found.layer, found.kind]
-        elif case == "late_device":  # the device path (an accelerator's): rank 1's batch holds a NaN at step 13
-            with device_path_on_cpu():
+        elif case in ("late_device", "late_cpu"):  # rank 1's batch holds a NaN at step 13; late_device: the device path (an accelerator's)
+            with device_path_on_cpu() if case == "late_device" else contextlib.nullcontext():
                 ddp = DistributedDataParallel(mlp())
                 x, y = (part[rank::WORLD] for part in full_batch())
                 xray = Xray(ddp, x, logdir=logdir, every=10)
@@ -251,9 +252,31 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
             found = xray.first_nonfinite
             result["nonfinite"] = None if found is None else [found.step, found.layer, found.kind]
             result["messages"] = [f.message for f in xray.findings() if f.rule == "nonfinite"]
-        elif case == "weight_one_rank":  # a NaN written into rank 1's copy of a weight at step 3, no health step
+        elif case.startswith("accumulate_nan_"):  # two micro-batches, the first under no_sync(); rank 1's holds a NaN
+            planted = int(case.rsplit("_", 1)[1])
             ddp = DistributedDataParallel(mlp())
             x, y = (part[rank::WORLD] for part in full_batch())
+            optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+            xray = Xray(ddp, x, logdir=logdir, every=4, health=HealthOptions(every=1))
+            for step in range(10):
+                optimizer.zero_grad()
+                for micro in range(2):
+                    batch = x.clone()
+                    if step == planted and micro == 0 and rank == 1:
+                        batch[0, 0] = float("nan")
+                    with ddp.no_sync() if micro == 0 else contextlib.nullcontext():
+                        (nn.MSELoss()(ddp(batch), y) / 2).backward()
+                xray.take_graphs()  # after the backward that synchronises
+                optimizer.step()
+            found = xray.first_nonfinite
+            result["nonfinite"] = None if found is None else [found.step, found.layer, found.kind]
+            result["messages"] = [f.message for f in xray.findings() if f.rule == "nonfinite"]
+            xray.close()
+        elif case in ("weight_one_rank", "weight_one_rank_stepped"):  # a NaN in rank 1's copy of a weight at step 3, no health step
+            # stepped: an optimizer steps after each call, so each iteration's find waits for that step
+            ddp = DistributedDataParallel(mlp())
+            x, y = (part[rank::WORLD] for part in full_batch())
+            optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01) if case.endswith("stepped") else None
             xray = Xray(ddp, x, logdir=logdir, every=10, collective_timeout=10)
             for step in range(6):
                 if step == 3 and rank == 1:
@@ -262,6 +285,8 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
                 ddp.zero_grad()
                 nn.MSELoss()(ddp(x), y).backward()
                 xray.take_graphs()
+                if optimizer is not None:
+                    optimizer.step()
             found = xray.first_nonfinite
             result["nonfinite"] = None if found is None else [found.step, found.layer, found.kind]
         elif case == "hidden_weight_one_rank":  # a NaN written into rank 1's row 7 of an embedding no batch looks up

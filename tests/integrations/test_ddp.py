@@ -102,13 +102,16 @@ def test_a_nan_after_the_last_measured_iteration_is_reported_once_at_close_as_in
     assert [xray.first_nonfinite.step, xray.first_nonfinite.layer, xray.first_nonfinite.kind] == [3, "0", "output"]
 
 
-def test_a_nan_in_one_ranks_weight_between_health_steps_is_reported_once_without_a_hang(tmp_path):
+@pytest.mark.parametrize("case", ["weight_one_rank", "weight_one_rank_stepped"])
+def test_a_nan_in_one_ranks_weight_between_health_steps_is_reported_once_without_a_hang(tmp_path, case):
     # Rank 1 finds its own weight, rank 0 only the all-reduced gradients: both still run the forward of
     # step 3 again and combine their activation checks (their finds agree on the gradients), where rank 0
     # alone used to wait in that collective until the timeout.
     # That collective also carries each rank's find, and the ranks agree on it: rank 0, which saw only the
-    # gradients the NaN weight made, names rank 1's weight too (before, each rank named what it saw).
-    results = run_ranks("weight_one_rank", tmp_path)
+    # gradients the NaN weight made, names rank 1's weight too (before, each rank named what it saw). With an
+    # optimizer stepping after each call, rank 1's find waits for that step when the collective runs: its
+    # weight's flag, which stands whatever the step does, is what it sends (before, it sent nothing).
+    results = run_ranks(case, tmp_path)
     assert [result.get("error") for result in results] == [None, None]
     assert [result["nonfinite"] for result in results] == [[3, "2", "weight"], [3, "2", "weight"]]
     assert [(f.rule, f.step, f.layer) for f in reading.findings(str(tmp_path)) if f.rule == "nonfinite"] == [("nonfinite", 3, "2")]
@@ -126,15 +129,30 @@ def test_a_nan_only_one_ranks_copy_of_a_weight_holds_is_reported_by_rank_zero_at
         ("nonfinite", 3, "embedding")]
 
 
-def test_on_the_device_path_a_nan_in_rank_ones_batch_is_named_where_it_entered_by_both_ranks(tmp_path):
-    # The accelerator's path, forced on the CPU: the sentinel's finds stay on the device, and no forward is
-    # run again. Rank 1's batch at step 13 (between captures) holds the NaN: each rank flags its own batch,
-    # the health step at 20 combines the flags with the activation statistics (no collective more), and
-    # both ranks name where it entered, rank 0 whose own batch was finite included.
-    results = run_ranks("late_device", tmp_path)
+@pytest.mark.parametrize("case", ["late_device", "late_cpu"])
+def test_a_nan_in_rank_ones_batch_is_named_where_it_entered_and_blamed_on_the_data_by_both_ranks(tmp_path, case):
+    # Rank 1's batch at step 13 (between captures) holds the NaN. On the accelerator's path, forced on the
+    # CPU (late_device), the sentinel's finds stay on the device and no forward is run again: each rank
+    # flags its own batch, the health step at 20 combines the flags with the activation statistics (no
+    # collective more). On the CPU's (late_cpu), each rank runs its forward of step 13 again, and that
+    # forward's collective carries whether each rank's batch held the NaN. Both ranks name where it
+    # entered and say to check the data, rank 0 whose own batch was finite included.
+    results = run_ranks(case, tmp_path)
     assert [result["nonfinite"] for result in results] == [[13, "0", "output"]] * 2
     assert all("the batch of that step held NaN or Inf values" in result["messages"][0] for result in results)
     assert [finding.rule for finding in reading.findings(str(tmp_path))].count("nonfinite") == 1
+
+
+@pytest.mark.parametrize("planted", [6, 8])  # between health steps, and at one (8: a capture before its iteration)
+def test_a_nan_in_an_accumulated_micro_batch_is_named_where_it_entered_by_both_ranks(tmp_path, planted):
+    # The NaN is in rank 1's first micro-batch, under no_sync(); the hooks keep the last micro-batch's
+    # forward, which is finite. Both ranks run their micro-batches' forwards again: at a health step the
+    # activations were measured at the capture already, and the ranks combine where each saw the first
+    # non-finite output in a gather of their own (before, both named the last layer's weight_grad there).
+    results = run_ranks(f"accumulate_nan_{planted}", tmp_path)
+    assert [result["nonfinite"] for result in results] == [[planted, "0", "output"]] * 2
+    assert all("the batch of that step held NaN or Inf values" in result["messages"][0] for result in results)
+    assert [(f.step, f.layer) for f in reading.findings(str(tmp_path)) if f.rule == "nonfinite"] == [(planted, "0")]
 
 
 def train_one_process(logdir: Path) -> None:

@@ -48,6 +48,8 @@ class BlockWriter:
         #: ``{step: layer}``: the first layer whose output was not finite when the forward of a step whose
         #: gradients only were found non-finite ran again (health/forward_replay.py).
         self.forward_origins: dict[int, str] = {}
+        #: The flags of a location put off because its step's weights and gradients were not checked yet.
+        self._put_off: Optional[nonfinite.FlagRows] = None
         self._scope = scope
         self._rules = rules
         self._iteration_families = iteration_families
@@ -61,12 +63,15 @@ class BlockWriter:
         self._earlier = earlier_findings
         self._findings_version = 0  # the step of a findings list: the highest is current, across processes
 
-    def write(self, iterations: Optional[Block], activations: Optional[Block], vectors: list, last_step: int) -> None:
+    def write(self, iterations: Optional[Block], activations: Optional[Block], vectors: list, last_step: int,
+              unchecked: Optional[int] = None) -> None:
         """Locate, judge and write one block (nothing to write: no event); ``last_step`` is the step of
-        the latest iteration, under which the prune plan and the count of findings are filed."""
+        the latest iteration, under which the prune plan and the count of findings are filed; ``unchecked``:
+        a step whose activations are in the block but whose weights and gradients the sentinel checks
+        later (at its optimizer step): a first non-finite value found there or after is located then."""
         located = False
         if self.first_nonfinite is None:
-            self.first_nonfinite = self._locate_nonfinite(iterations, activations)
+            self.first_nonfinite = self._locate_nonfinite(iterations, activations, unchecked)
             located = self.first_nonfinite is not None
         if iterations is None and activations is None and not vectors and not located:
             return
@@ -122,14 +127,20 @@ class BlockWriter:
         self.forward_origins = {step + delta: layer for step, layer in self.forward_origins.items()}
         self.nonfinite_inputs = {step + delta for step in self.nonfinite_inputs}
 
-    def _locate_nonfinite(self, iterations: Optional[Block], activations: Optional[Block]) -> Optional[NonFinite]:
-        flags = nonfinite.FlagRows()
+    def _locate_nonfinite(self, iterations: Optional[Block], activations: Optional[Block],
+                          unchecked: Optional[int] = None) -> Optional[NonFinite]:
+        flags, self._put_off = self._put_off or nonfinite.FlagRows(), None
         self._sentinel.take(flags)  # weights and gradients, every iteration
         flags.add_block(iterations, self._iteration_families, frozenset(flags.by_step))
         flags.add_checks(activations, len(self._activation_families), self._checks.layers)
         for step, layer in self.forward_origins.items():
             flags.by_step.setdefault(step, {}).setdefault("output", set()).add(layer)
-        return nonfinite.first_nonfinite(flags, self._scope.order)
+        found = nonfinite.first_nonfinite(flags, self._scope.order, self._scope.activation_modules)
+        if found is not None and unchecked is not None and found.step >= unchecked:
+            # a weight of that step, found at its check, would come first (a NaN BatchNorm weight before the ReLU it feeds)
+            self._put_off = flags
+            return None
+        return found
 
     def _judge(self, iterations: Optional[Block], series: dict, activations: Optional[Block], activation_series: dict) -> None:
         empty = np.zeros(0, dtype=np.int64)
@@ -143,7 +154,8 @@ class BlockWriter:
             health_stats={stat: np.where(entry.absent, np.nan, entry.values) for stat, entry in activation_series.items()},
             first_nonfinite=self.first_nonfinite,
             zero_clamped=frozenset(layer.name for layer in self._scope.activations if layer.zero_clamped),
-            nonfinite_inputs=frozenset(self.nonfinite_inputs),
+            # this rank's batches, and those the ranks' agreement says another rank's batch held (DDP, FSDP)
+            nonfinite_inputs=frozenset(self.nonfinite_inputs | self._sentinel.input_finds.keys()),
         )
         for rule in self._rules:
             for hit in rule.check(block):

@@ -21,6 +21,8 @@ def local_row(sentinel: NonFiniteSentinel) -> torch.Tensor:
     """This rank's first non-finite iteration: its step (-1: none), flags (weights then gradients), and
     whether its batch held the NaN or Inf. Reads a find kept on the device (one sync)."""
     found = sentinel.local_find()
+    if found is None:  # a find waiting for its optimizer step: a weight in it stands (one rank's copy of it, under DDP)
+        found = sentinel.held_forward_find()
     flags = found[1] if found is not None else [False] * sentinel.flag_count
     batch = found is not None and found[0] in sentinel.input_finds
     return torch.tensor([-1.0 if found is None else float(found[0]), *map(float, flags), float(batch)], dtype=torch.float64)

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+import torch
 from torch import nn
 
 from xray_tb.capture.hooks import TapRecorder
 from xray_tb.distributed import Group
 from xray_tb.health.block_writer import BlockWriter
-from xray_tb.health.forward_replay import ForwardReplay, every_output, first_nonfinite_output, runs_collectives, values_nonfinite
+from xray_tb.health.forward_replay import (ForwardReplay, every_output, first_nonfinite_output, nonfinite_layers, runs_collectives,
+                                           values_nonfinite)
 from xray_tb.health.scope import Scope
 from xray_tb.health.sentinel import NonFiniteSentinel
 from xray_tb.trace.graph import Graph
@@ -47,12 +49,15 @@ class ForwardOrigin:
 
     def at_find(self, step: int, taken: bool) -> bool:
         """The sentinel found gradients only at ``step`` (``taken``: its activations were measured already):
-        run its forward again and file where the NaN entered (in one process; under DDP the ranks' batches
-        differ, and their activation checks are combined instead). Whether it measured the activations.
+        run its forward again and file where the NaN entered. Whether it measured the activations.
 
-        Under DDP every rank takes part in that collective when its find flags a gradient: gradients are
-        reduced together, so the ranks agree, even where one rank's weights alone hold the NaN."""
-        if self._replay is None or (taken and self._group is not None):
+        Under DDP the ranks' batches differ: every rank takes part, since gradients are reduced together
+        and so every rank's find flags them, even where one rank's weights alone hold the NaN. Where the
+        activations were not measured yet, they are measured from the forwards run again, and their checks
+        combined in that measurement's collective; where they were (a capture before the iteration), the
+        ranks combine where each saw the first non-finite output and whether its batch held it, in one
+        gather of their own."""
+        if self._replay is None:
             return False
         if not (self._sentinel.gradients_only(step) if self._group is None else self._sentinel.flags_gradients(step)):
             return False
@@ -66,6 +71,9 @@ class ForwardOrigin:
         try:
             paused = (*self.capture_hooks(), self._recorder) if own else self.capture_hooks()
             ran = self._replay.run(recorder, kept_nonfinite, paused)
+            if taken and self._group is not None:
+                self._agree_on_origin(step, nonfinite_layers(latest) if ran else set())
+                return False
             origin = first_nonfinite_output(latest, self._scope.order) if ran and self._group is None else None
             if origin is not None:
                 self._writer.forward_origins[int(step)] = origin
@@ -77,13 +85,33 @@ class ForwardOrigin:
             if own:
                 recorder.remove()
 
+    def _agree_on_origin(self, step: int, layers: set[str]) -> None:
+        """Under DDP, after a capture took the activations: the first layer in dataflow order whose output
+        any rank's forward run again held non-finite, and whether any rank's batch held the NaN."""
+        order = self._scope.order
+        flags = [name in layers for name in order] + [bool(self._replay.inputs_nonfinite())]
+        rows = self._group.gather(step, torch.tensor(flags, dtype=torch.float64), what="origin")
+        *seen, batch = (rows > 0).any(dim=0).tolist()
+        origin = next((name for name, flagged in zip(order, seen) if flagged), None)
+        if origin is not None:
+            self._writer.forward_origins[int(step)] = origin
+        if batch:
+            self._writer.nonfinite_inputs.add(int(step))
+            self._sentinel.input_finds.setdefault(int(step), ((), [True]))
+
+    def note_batch(self, step: int) -> None:
+        """The check of ``step`` found a non-finite value (on a CPU): note whether the batch held it, for the
+        finding's advice, and in this rank's find, which the ranks' agreement carries (under DDP another
+        rank's batch may have held it): before any activation statistics of ``step`` are gathered."""
+        if self._replay is not None and self._replay.inputs_nonfinite():
+            self._writer.nonfinite_inputs.add(int(step))
+            self._sentinel.input_finds.setdefault(int(step), ((), [True]))
+
     def after_check(self, step: int, found: bool) -> None:
-        """A check of ``step`` ran (``found``: a non-finite value at it, on a CPU): note whether the batch
-        held it, and drop the kept forwards; after the sentinel's first find, drop the replay too."""
+        """A check of ``step`` ran (``found``: a non-finite value at it, on a CPU): drop the kept forwards;
+        after the sentinel's first find, drop the replay too."""
         if self._replay is None:
             return
-        if found and self._replay.inputs_nonfinite():
-            self._writer.nonfinite_inputs.add(int(step))
         self._replay.forget()
         if self._sentinel.done:  # only the first non-finite value is reported: no forward to keep from now on
             self.remove()

@@ -150,10 +150,16 @@ def every_output(model: nn.Module, scope, graph: Graph) -> TapRecorder:
 
 def first_nonfinite_output(latest: dict, order: list[str]) -> Optional[str]:
     """The first layer in ``order`` whose kept output (``latest``: a recorder's, by tap) is not finite."""
+    flagged = nonfinite_layers(latest)
+    return next((name for name in order if name in flagged), None)
+
+
+def nonfinite_layers(latest: dict) -> set[str]:
+    """The layers whose kept output (``latest``: a recorder's, by tap) is not finite."""
     by_layer: dict[str, list] = {}
     for tap, value in latest.items():
         by_layer.setdefault(tap.module, []).extend(value.outputs.values())
-    return next((name for name in order if name in by_layer and values_nonfinite(by_layer[name])), None)
+    return {name for name, values in by_layer.items() if values_nonfinite(values)}
 
 
 def values_nonfinite(values: Any) -> bool:

@@ -61,6 +61,7 @@ class HealthMonitor:
         self.scope = scope = Scope(model, graph, modules)
         self._health_steps = HealthSteps(options.activations, capture_due)
         self._taken: Optional[int] = None  # the step whose activations were taken before its capture
+        self._unchecked: Optional[int] = None  # that step, until its iteration's check (at its optimizer step)
         device = next((layer.param.device for layer in scope.weighted), torch.device("cpu"))
         self._nan = torch.full((), math.nan, device=device)
         self._pacer = Pacer(options.every, budget_for(options, device.type))
@@ -116,21 +117,29 @@ class HealthMonitor:
             self._sentinel.check(step, weights, grads, self._biases, None if self.inputs is None else self.inputs.flags(step))
         elif self.inputs is not None and self._sentinel.done:  # only the first non-finite value is reported
             self.inputs.remove()
+        if self._unchecked is not None and step >= self._unchecked:
+            self._unchecked = None  # its weights and gradients are checked: a first non-finite value there can be located
         # On a CPU a find is known at once: that iteration's statistics show the NaN too. Not with sharded
         # weights (FSDP), where a measured row is combined over the ranks, which must all measure it.
         found = self._sentinel.found_at == step and self._shards is None
+        if found and self.origin is not None:
+            self.origin.note_batch(step)
         measure = weights and (found or index >= self._pacer.next or self.families.update_ratio.pending)
         if measure:
             start = time.perf_counter()
             self._measure_parameters(step, weights, grads)
             self._pacer.measured(index, time.perf_counter() - start, start)
+        # A find of gradients only runs the iteration's forwards again first, also at a health step: its
+        # activations are then measured from the forward that held the NaN (under DDP with gradient
+        # accumulation, an earlier micro-batch's than the last one the hooks kept).
+        if found and self.origin is not None and self.origin.at_find(step, self._taken == step):
+            self._taken, measure = step, True
+            self._recorder.clear()
         taken = activations and self._taken != step and self._health_steps.due(step)
         if taken:
             self._measure_activations(step)
             measure = True
         if self.origin is not None:
-            if found and self.origin.at_find(step, taken or self._taken == step):
-                self._taken, measure = step, True
             self.origin.after_check(step, found)
         if measure and max(len(self._iteration_rows), len(self._activation_rows)) >= self.options.flush_every:
             self.flush()
@@ -143,6 +152,7 @@ class HealthMonitor:
             self._sentinel.check(step, self._weights, [weight.grad for weight in self._weights], self._biases,
                                  None if self.inputs is None else self.inputs.flags(step), recheck)
             if self._sentinel.found_at == step and self._group is None and self.origin is not None:
+                self.origin.note_batch(step)
                 if self.origin.at_find(step, self._taken == step):  # before that optimizer moves the weights
                     self._taken = step
 
@@ -154,7 +164,7 @@ class HealthMonitor:
             if self._loads.take():  # a checkpoint's parameters are found before this step's rows start
                 self.refresh_weights()
             self._measure_activations(step)
-            self._taken = step
+            self._taken = self._unchecked = step
 
     def capture(self, step: int, planned: list[str]) -> None:
         """At a capture: a histogram of each planned layer's weight (at captures ``histograms_every``
@@ -250,7 +260,9 @@ class HealthMonitor:
         iterations, activations = self._iteration_rows.take(keep=keep), self._activation_rows.take()
         vectors, self._vectors = self._vectors, []
         self._flushed_at = self._iterations
-        self._writer.write(iterations, activations, vectors, self._last_step)
+        # a step whose weights and gradients are checked (or whose find counts) at its optimizer step: located after it
+        unchecked = [step for step in (self._unchecked, self._sentinel.held_find) if step is not None]
+        self._writer.write(iterations, activations, vectors, self._last_step, min(unchecked, default=None))
 
     def _training_seconds_since_flush(self) -> float:
         """Training time since the last write: iterations times their typical interval, so pauses
@@ -314,6 +326,7 @@ class HealthMonitor:
         """Write what is buffered and remove every hook; idempotent. A first non-finite value the ranks
         did not agree on (no :meth:`settle`, or it failed) is written as this rank saw it."""
         self._sentinel.shared = False
+        self._unchecked = None  # an iteration whose optimizer step never came: located with what was seen
         self.release()  # an iteration still waiting for its optimizer step stands
         self._sentinel.settle(final=True)  # and so does a find still waiting for a GradScaler's update
         try:

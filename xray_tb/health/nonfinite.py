@@ -3,7 +3,8 @@
 At the first step where anything is non-finite, the origin is the earliest layer in dataflow order
 whose weight or bias (as the forward used them) or forward value (output or activation, seen at health steps) is
 non-finite; when only gradients are, it is the latest layer in dataflow order with a non-finite
-gradient: where backward starts.
+gradient: where backward starts. A layer's activation comes where the module that makes it runs (a
+convolution's ReLU after its BatchNorm): a NaN weight of the BatchNorm comes before it.
 """
 
 from __future__ import annotations
@@ -54,14 +55,17 @@ class FlagRows:
             self.add(block.steps, layers, (values > 0) & ~absent, kind)
 
 
-def first_nonfinite(rows: FlagRows, order: list[str]) -> Optional[NonFinite]:
-    """The origin at the earliest flagged step, or None when nothing was flagged."""
+def first_nonfinite(rows: FlagRows, order: list[str], activation_modules: Optional[dict[str, str]] = None) -> Optional[NonFinite]:
+    """The origin at the earliest flagged step, or None when nothing was flagged. ``activation_modules``:
+    the module whose output each layer's activation is (where it comes in dataflow order), if not the layer."""
     if not rows.by_step:
         return None
     step = min(rows.by_step)
     kinds = rows.by_step[step]
     rank = {name: index for index, name in enumerate(order)}
-    forward = [(rank.get(layer, len(rank)), kind, layer) for kind in _FORWARD_KINDS for layer in kinds.get(kind, ())]
+    made_by = activation_modules or {}
+    forward = [(rank.get(made_by.get(layer, layer) if kind == "activation" else layer, len(rank)), kind, layer)
+               for kind in _FORWARD_KINDS for layer in kinds.get(kind, ())]
     if forward:
         _, kind, layer = min(forward, key=lambda item: (item[0], _FORWARD_KINDS.index(item[1])))
         return NonFinite(step, layer, kind)

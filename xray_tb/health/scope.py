@@ -126,6 +126,8 @@ class Scope:
         #: The outputs of the activation layers (first calls), checked for non-finite values with
         #: their activations: no hooks on a model without activations.
         self.output_taps = {layer.name: Tap(layer.name, graph.layers[layer.name]["call"]) for layer in self.activations}
+        #: The module whose output each activation layer's activation is (a convolution's ReLU, after its BatchNorm).
+        self.activation_modules = {layer.name: layer.source.tap.module for layer in self.activations}
 
     def refresh_weights(self) -> None:
         """Find the weight parameters again (after pruning replaced ``weight`` by ``weight_orig``)."""

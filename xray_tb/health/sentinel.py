@@ -232,6 +232,20 @@ class NonFiniteSentinel:
         if self._sums is not None:
             self._sums.remove()
 
+    @property
+    def held_find(self) -> Optional[int]:
+        """The step of a find that waits for its iteration's optimizer step (:meth:`release`, :meth:`withdraw`), or None."""
+        return None if self._pending is None else int(self._pending[0])
+
+    def held_forward_find(self) -> Optional[tuple[int, list[bool]]]:
+        """A CPU find that waits for its optimizer step, with its weights' and biases' flags alone (those stand,
+        whatever the step does: the forward used them), or None: what the ranks may agree on before the step."""
+        pending = self._pending
+        if pending is None or len(pending) != 2 or self.done:
+            return None
+        kept = self.layout.forward_only(pending[1])
+        return (pending[0], kept) if any(kept) else None
+
     def hold(self, step: int) -> None:
         """What iteration ``step`` finds waits for :meth:`release` or :meth:`withdraw` (its optimizer step)."""
         self._held = int(step)
