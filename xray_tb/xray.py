@@ -240,7 +240,8 @@ class Xray:
                 probe was given).
 
         Returns:
-            The step recorded, or None when the schedule says the step is not due.
+            The step recorded (on a rank that writes no frames, ``ranks="zero"``: the step of the capture
+            it took part in), or None when the schedule says the step is not due.
         """
         recording, capturer = self._recording, self._capture
         sink = recording.sink

@@ -29,7 +29,8 @@ from xray_tb.devices import host_array, on_host
 
 #: Why a planned kind could not be recorded, by reason key.
 MISSING_REASONS = {
-    "parameter_grad": "no .grad on the parameter (call take_graphs() after loss.backward())",
+    "parameter_grad": ("no .grad on the parameter (call take_graphs() after loss.backward(); under FSDP before any other "
+                       "forward, which leaves the parameters unsharded and their gradients on the sharded ones)"),
     "computed": (
         "the parameter is computed from others (torch.nn.utils.prune or parametrize) and has no .grad of its own; "
         "training health's gradient statistics cover the parameters that train"
