@@ -103,6 +103,40 @@ def test_layers_whose_outputs_pruning_would_change_are_reported_not_masked(tmp_p
         assert "Sigmoid" in report[0].reason and not hasattr(model[0], "weight_mask")
 
 
+class CalledTwice(nn.Module):
+    """One Linear + ReLU called on x and on -x: unit 1 never fires in the first call, always in the second."""
+
+    def __init__(self):
+        super().__init__()
+        self.shared, self.act, self.out = nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1)
+        with torch.no_grad():
+            self.shared.weight.copy_(torch.eye(2))
+            self.shared.bias.zero_()
+
+    def forward(self, x):
+        return self.out(self.act(self.shared(x)) + self.act(self.shared(-x)))
+
+
+def test_a_layer_called_twice_a_forward_is_not_pruned_since_its_units_are_judged_on_its_first_call(tmp_path):
+    model = CalledTwice()
+    x = torch.tensor([[1.0, -1.0], [2.0, -0.5]])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    with Xray(model, x, logdir=str(tmp_path), health=HealthOptions(every=1, activations=1)) as xray:
+        for step in range(3):
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            xray.take_graphs(step)
+            optimizer.step()
+        assert xray.dead_units() == {"shared": [1]}  # in its first call: documented
+        with torch.no_grad():
+            before = model(x)
+        report = xray.prune(dry_run=False)
+        assert [(e.layer, e.units, e.applied) for e in report] == [("shared", [1], False)]
+        assert "runs 2 times in each forward" in report[0].reason
+        with torch.no_grad():
+            assert torch.equal(model(x), before)  # before, unit 1 was masked and the outputs changed
+
+
 def test_a_layer_whose_every_unit_died_is_not_pruned_and_zero_gradients_are_a_finding(tmp_path):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 4))

@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from xray_tb import Xray, open_run
+from xray_tb.devices import device_path_on_cpu
 from xray_tb.health import HealthOptions
 
 from tests.health.helpers import batches, gradient_stats, relu_mlp, scalars, weighted
@@ -364,3 +365,56 @@ def test_a_non_finite_gradient_has_the_statistics_torch_gives_it(tmp_path, value
     for stat, reference in want.items():
         got, expected = written[("2", stat)][2], float(reference)
         assert (math.isnan(got) and math.isnan(expected)) or got == expected, (stat, got, expected)
+
+
+class TwoWeights(nn.Module):
+    """A layer of two weights, the second used on even steps only (a backward it misses leaves no gradient)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(4, 4))
+        self.w2 = nn.Parameter(torch.randn(4, 12))
+        self.use_w2 = True
+
+    def forward(self, x):
+        y = F.linear(x, self.w1)
+        return y + F.linear(torch.ones(x.shape[0], 12), self.w2) if self.use_w2 else y
+
+
+@pytest.mark.parametrize("device_path", [False, True])
+def test_the_gradient_mean_and_variance_of_a_layer_are_over_its_weights_that_have_a_gradient(tmp_path, device_path):
+    """An LSTM whose weight_hh_l0 is frozen, and a layer one of whose weights misses every other backward:
+    their missing gradients are not zeros (before, the mean and variance were taken over all the weights)."""
+    torch.manual_seed(0)
+    lstm = nn.LSTM(3, 4, batch_first=True)
+    lstm.weight_hh_l0.requires_grad_(False)
+    two = TwoWeights()
+    model = nn.ModuleDict({"lstm": lstm, "two": two})
+
+    def forward(x):
+        return two(lstm(x)[0][:, -1])
+
+    model.forward = forward
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.01)
+    expected = []
+    with device_path_on_cpu() if device_path else contextlib.nullcontext():
+        with Xray(model, torch.randn(2, 5, 3), logdir=str(tmp_path), health=HealthOptions(every=1)) as xray:
+            for step in range(4):
+                two.use_w2 = step % 2 == 0
+                optimizer.zero_grad()
+                model(torch.randn(2, 5, 3)).pow(2).mean().backward()
+                row = {}
+                for name, module in (("lstm", lstm), ("two", two)):
+                    grads = torch.cat([p.grad.double().flatten() for n, p in module.named_parameters()
+                                       if not n.startswith("bias") and p.grad is not None])
+                    row[name] = (grads.mean().item(), grads.var().item())
+                expected.append(row)
+                xray.take_graphs(step)
+                optimizer.step()
+    run = open_run(str(tmp_path))
+    for stat, index in (("grad_mean", 0), ("grad_var", 1)):
+        layers, steps, values = run.health(stat)
+        assert list(steps) == [0, 1, 2, 3]
+        for name in ("lstm", "two"):
+            got = np.asarray(values)[layers.index(name)]  # layers x steps
+            np.testing.assert_allclose(got, [row[name][index] for row in expected], rtol=1e-4, atol=1e-9, err_msg=f"{stat} {name}")

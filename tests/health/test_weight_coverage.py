@@ -120,6 +120,30 @@ def test_a_weight_normed_layer_is_covered_by_both_of_its_weights(tmp_path):
     keys = ["2.parametrizations.weight.original0", "2.parametrizations.weight.original1"]
     expected = [math.sqrt(sum(float(grads[s][k].double().square().sum()) for k in keys)) for s in range(12)]
     np.testing.assert_allclose(values[layers.index("2"), :12], expected, rtol=1e-5)
+    assert "2.parametrizations.weight" not in layers  # its originals are layer 2's: no row of their own
+
+
+def test_the_histogram_of_a_weight_normed_layer_is_of_the_weight_its_forward_uses(tmp_path):
+    """Not its magnitude and direction side by side (4,160 values spanning both, for a weight of 4,096)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util import tensor_util
+
+    from tb_plugin import health_metadata
+
+    torch.manual_seed(0)
+    model = _mlp(parametrizations.weight_norm(nn.Linear(16, 16)))
+    x = torch.randn(16, 6)
+    with Xray(model, x, logdir=str(tmp_path), health=HealthOptions(histograms_every=1)) as xray:
+        F.cross_entropy(model(x), torch.zeros(16, dtype=torch.long)).backward()
+        xray.take_graphs(0)
+        with torch.no_grad():
+            weight = model[2].weight.numpy().reshape(-1)
+    accumulator = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0}).Reload()
+    event, = accumulator.Tensors(health_metadata.histogram_tag("2"))
+    table = tensor_util.make_ndarray(event.tensor_proto)
+    edges = np.append(table[:, 0], table[-1, 1])
+    assert edges[0] == weight.min() and edges[-1] == weight.max()
+    np.testing.assert_array_equal(table[:, 2], np.histogram(weight, bins=edges)[0])
 
 
 def test_a_spectral_normed_layer_is_a_layer_whose_weight_is_recorded_without_changing_the_model(tmp_path):

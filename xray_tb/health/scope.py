@@ -14,6 +14,7 @@ from typing import Optional
 
 import torch
 from torch import nn
+from torch.nn.utils.parametrize import ParametrizationList
 
 from xray_tb import sharding
 from xray_tb.trace.activations import traced_arguments
@@ -38,11 +39,11 @@ def weight_parameters(module: nn.Module) -> list[nn.Parameter]:
     (``torch.nn.utils.prune``), every original of a parametrization (``original0`` and ``original1`` of
     ``parametrizations.weight_norm``) and ``weight_g`` and ``weight_v`` of the legacy
     ``torch.nn.utils.weight_norm``. Biases (``bias``, ``bias_*``, ``*_bias``) are not weights."""
-    found = _own(module, lambda name: not _is_bias_name(name))
+    found = _own(module, lambda name: not is_bias_name(name))
     parametrizations = module._modules.get("parametrizations")
     if parametrizations is not None:
         for name, parametrization in parametrizations.named_children():
-            if not _is_bias_name(name):
+            if not is_bias_name(name):
                 found.extend(p for p in parametrization._parameters.values() if isinstance(p, nn.Parameter))
     return found
 
@@ -50,7 +51,7 @@ def weight_parameters(module: nn.Module) -> list[nn.Parameter]:
 def bias_parameters(module: nn.Module) -> list[nn.Parameter]:
     """The module's own biases (``bias``, an LSTM's ``bias_ih_l0``, MHA's ``in_proj_bias``), for the
     non-finite sentinel to name a NaN bias in its own layer."""
-    return _own(module, _is_bias_name)
+    return _own(module, is_bias_name)
 
 
 def _own(module: nn.Module, keep) -> list[nn.Parameter]:
@@ -60,7 +61,8 @@ def _own(module: nn.Module, keep) -> list[nn.Parameter]:
     return [param for name, param in parameters.items() if isinstance(param, nn.Parameter) and keep(name.removesuffix("_orig"))]
 
 
-def _is_bias_name(name: str) -> bool:
+def is_bias_name(name: str) -> bool:
+    """Whether a parameter's name is a bias's (``bias``, ``bias_*``, ``*_bias``)."""
     return name == "bias" or name.startswith("bias_") or name.endswith("_bias")
 
 
@@ -118,8 +120,9 @@ class Scope:
         self.weighted: list[WeightedLayer] = []
         self.refresh_weights()
         self.warn_if_no_weights(model)
+        calls = graph.calls_per_forward()
         self.activations = [
-            self._activation_layer(name, source, graph)
+            self._activation_layer(name, source, graph, calls)
             for name in called
             if (source := graph.activation_source(name)) is not None
         ]
@@ -133,8 +136,10 @@ class Scope:
         """Find the weight parameters again (after pruning replaced ``weight`` by ``weight_orig``)."""
         modules = self.modules
         # most modules of a big model hold no parameter of their own (activations, containers): passed over at once
+        # a parametrization's originals (weight_norm's magnitude and direction) are the parametrized layer's weights
         owning = [(name, module) for name in self.order
-                  if (module := modules[name])._parameters or "parametrizations" in module._modules]
+                  if ((module := modules[name])._parameters or "parametrizations" in module._modules)
+                  and not isinstance(module, ParametrizationList)]
         self.weighted = [WeightedLayer(name, module, params) for name, module in owning if (params := weight_parameters(module))]
         #: ``(layer, bias)`` of every layer's biases, in dataflow order.
         self.biases = [(name, bias) for name, module in owning for bias in bias_parameters(module)]
@@ -157,7 +162,7 @@ class Scope:
             for layer in self.weighted
         )
 
-    def _activation_layer(self, name: str, source: ActivationSource, graph: Graph) -> ActivationLayer:
+    def _activation_layer(self, name: str, source: ActivationSource, graph: Graph, calls: dict[str, int]) -> ActivationLayer:
         module = self.modules[name]
         if source.op is not None:
             activation, params = source.op, traced_arguments(source.kwargs)
@@ -173,7 +178,7 @@ class Scope:
             activation=activation,
             params=params,
             last_dim_units=layer_type in _LAST_DIM_UNITS,
-            prunable=_why_not_prunable(name, module, source, activation, graph),
+            prunable=_why_not_prunable(name, module, source, activation, graph, calls),
         )
 
 
@@ -204,8 +209,13 @@ def _dataflow_order(called: list[str], modules: dict[str, nn.Module]) -> list[st
     return order + rest
 
 
-def _why_not_prunable(name: str, module: nn.Module, source: ActivationSource, activation: str, graph: Graph) -> Optional[str]:
+def _why_not_prunable(name: str, module: nn.Module, source: ActivationSource, activation: str, graph: Graph,
+                      calls: dict[str, int]) -> Optional[str]:
     layer_type = sharding.type_name(module)
+    repeated = max(calls.get(name, 1), calls.get(source.tap.module, 1))
+    if repeated > 1:  # its dead units are judged on the first call's activation only
+        return (f"it runs {repeated} times in each forward and its dead units are judged on its first call only, "
+                "so masking could change the other calls' outputs")
     if sharding.any_sharded(module._parameters.values()):  # its own, as parameters(recurse=False)
         return "its weights are sharded (FSDP): torch.nn.utils.prune masks plain parameters only"
     if layer_type not in PRUNABLE_TYPES:
