@@ -231,6 +231,7 @@ export class XrayApp {
   /** @param {string} run */
   async selectRun(run) {
     if (run === this.store.state.run) return;
+    this.errors.clear('step'); // a finding's "no capture at that step" was said of the run shown before
     this.keep = { step: this.store.state.step, atEnd: this.followEnd };
     this.store.set({ run, compare: this.store.state.compare.filter((r) => r !== run) });
     this.loading = true;
@@ -275,7 +276,7 @@ export class XrayApp {
   noteMissingLayer(layer, run, fallback) {
     const modules = ((this.data.arch(run) || {}).nodes || []).filter((n) => n.kind === 'module').map((n) => n.module);
     const close = closeMatches(layer, [...this.data.layers.get(run).layers.map((l) => l.name), ...modules]);
-    this.errors.note('url', `The link's layer '${layer}' is not in run '${run}'${didYouMean(close)}${fallback ? `; showing '${fallback}'` : ''}.`,
+    this.errors.note('url-layer', `The link's layer '${layer}' is not in run '${run}'${didYouMean(close)}${fallback ? `; showing '${fallback}'` : ''}.`,
       close.map((name) => ({ text: `Open '${name}'`, run: () => this.openLayer(name) })));
   }
 

@@ -48,12 +48,14 @@ async function refreshOnce() {
     this.keep = { step: url.step, atEnd: false };
     this.followEnd = false;
   }
-  const run = [url.run, s.run].find((r) => r && runs.includes(r)) || runs[0] || null;
+  // A mistyped run in a link shows its closest match, where there is one.
+  const closest = url.run && !runs.includes(url.run) ? closeMatches(url.run, runs)[0] : undefined;
+  const run = [url.run, closest, s.run].find((r) => r && runs.includes(r)) || runs[0] || null;
   const compare = (url.compare || s.compare).filter((r) => r !== run && runs.includes(r));
   // A link naming what this logdir lacks says so, instead of silently showing something else.
   const missing = [url.run, ...(url.compare || [])].filter((r) => r && !runs.includes(r));
   const named = missing.map((r) => `'${r}'${didYouMean(closeMatches(r, runs))}`).join(', ');
-  if (missing.length) this.errors.note('url', `The link's run${missing.length > 1 ? 's' : ''} ${named} ${missing.length > 1 ? 'are' : 'is'} not in this logdir${run ? `; showing '${run}'` : ''}.`);
+  if (missing.length) this.errors.note('url-run', `The link's run${missing.length > 1 ? 's' : ''} ${named} ${missing.length > 1 ? 'are' : 'is'} not in this logdir${run ? `; showing '${run}'` : ''}.`);
   if (url.layer) this.askedLayer = url.layer;
   this.store.set({ runs, run, compare, ...pick(url, URL_VIEW_KEYS) });
   if (run === null) {
@@ -114,7 +116,8 @@ async function validateShown() {
 function followUrl() {
   const data = hashUrlData();
   if (JSON.stringify(data) === JSON.stringify(encodeUrlData(this.store.state))) return; // our own state
-  this.errors.clear('url');
+  this.errors.clear('url-run');
+  this.errors.clear('url-layer');
   const url = parseUrlData(data);
   // What the link leaves out is as a fresh load has it (no kind filter, the graph view, ...), not the tab's
   // state before the link.

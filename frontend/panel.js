@@ -71,9 +71,7 @@ export class RunPanel {
     this.legend.append(this.colorbar, this.nonfiniteKey, this.readout);
     this.element.append(head, this.info, this.note, this.error, this.wrap, this.legend);
     this.canvas.addEventListener('mousemove', (e) => this.hover(e));
-    this.canvas.addEventListener('mouseleave', () => {
-      this.readout.textContent = '';
-    });
+    this.canvas.addEventListener('mouseleave', () => this.clearReadout());
   }
 
   /** @param {number[]} steps  Sorted steps this run recorded for the kind. */
@@ -205,6 +203,13 @@ export class RunPanel {
     this.note.textContent = exact ? '' : `Not recorded at step ${requested}; showing the nearest earlier step, ${shown}.`;
   }
 
+  /** The read-out and its hooks (``data-index``, ``data-value``) say nothing. */
+  clearReadout() {
+    this.readout.textContent = '';
+    delete this.readout.dataset.index;
+    delete this.readout.dataset.value;
+  }
+
   /** @param {MouseEvent} event */
   hover(event) {
     if (!this.layout || !this.frame) return;
@@ -213,7 +218,7 @@ export class RunPanel {
     const sy = this.layout.height / (rect.height || 1);
     const hit = hitTest(this.layout, (event.clientX - rect.left) * sx, (event.clientY - rect.top) * sy);
     if (!hit) {
-      this.readout.textContent = '';
+      this.clearReadout();
       return;
     }
     const shown = /** @type {any} */ (hit.panel);

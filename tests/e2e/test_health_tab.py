@@ -114,6 +114,12 @@ def test_findings_are_listed_above_the_views_marked_on_the_timeline_and_open_the
     expect(frame.locator("#xray-error")).to_be_hidden()
     mark.click()
     expect(frame.locator("#xray-step-label")).to_have_text(f"step {expected}")
+    # The notice is of that run: another run shown clears it (it used to stay until the timeline moved).
+    finding.click()
+    expect(frame.locator("#xray-error")).to_contain_text(f"Step {NAN_STEP} has no capture")
+    frame.locator("#xray-run").select_option(SMALL)
+    expect(frame.locator("#xray-run")).to_have_value(SMALL)
+    expect(frame.locator("#xray-error")).to_be_hidden()
     assert [e for e in page.xray_errors if e.startswith("uncaught")] == []
 
 

@@ -203,6 +203,9 @@ def test_2_layer_view_hover_scale_and_back(url, page, logdir):
     assert readout.get_attribute("data-index") == ",".join(map(str, expected_index))
     assert float(readout.get_attribute("data-value")) == pytest.approx(float(values[1, 2, 3]), rel=1e-6, abs=1e-7)
     expect(readout).to_contain_text(f"tensor[{', '.join(map(str, expected_index))}]")
+    page.mouse.move(0, 0)  # off the panel: the read-out and its hooks say nothing (the hooks kept the last value)
+    expect(readout).to_have_text("")
+    assert readout.get_attribute("data-value") is None and readout.get_attribute("data-index") is None
 
     # Colours fixed over the timeline: the colour bar spans the range of every step.
     ranges = get_json(f"{url}/data/plugin/xray/ranges?run={MAIN}&layer=blocks.0.conv1")["ranges"]
@@ -336,6 +339,16 @@ def test_5_a_link_pasted_into_the_open_tab_is_followed_and_one_naming_what_is_mi
     page.evaluate(f"() => {{ location.hash = '#xray&p.xray.run={MAIN}&p.xray.view=layer&p.xray.layer=renamed'; }}")
     expect(frame.locator("#xray-error")).to_contain_text(f"The link's layer 'renamed' is not in run '{MAIN}'; showing")
     expect(frame.locator("#xray-run")).to_have_value(MAIN)
+    # A mistyped run with a layer: the run's closest match is shown, and said, with no word of the layer it has
+    # (the layer's note used to replace the run's, and blame a layer the run holds).
+    page.evaluate(f"() => {{ location.hash = '#xray&p.xray.run={OTHER}&p.xray.view=graph'; }}")
+    expect(frame.locator("#xray-run")).to_have_value(OTHER)
+    page.evaluate("() => { location.hash = '#xray&p.xray.run=a_mian&p.xray.view=layer&p.xray.layer=stem'; }")
+    expect(frame.locator("#xray-error")).to_contain_text(
+        f"The link's run 'a_mian' (did you mean '{MAIN}'?) is not in this logdir; showing '{MAIN}'.")
+    expect(frame.locator("#xray-run")).to_have_value(MAIN)
+    expect(frame.locator("#xray-layer-title")).to_have_text("stem")
+    expect(frame.locator("#xray-error")).not_to_contain_text("The link's layer")
     assert [e for e in page.xray_errors if e.startswith("uncaught")] == []
 
 
