@@ -289,16 +289,17 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
                     optimizer.step()
             found = xray.first_nonfinite
             result["nonfinite"] = None if found is None else [found.step, found.layer, found.kind]
-        elif case == "hidden_weight_one_rank":  # a NaN written into rank 1's row 7 of an embedding no batch looks up
+        elif case in ("hidden_weight_one_rank", "hidden_then_seen"):  # a NaN written into rank 1's row 7 of an embedding
+            # no batch looks up; then_seen: from step 14 every batch looks it up, so the gradients turn NaN on both ranks
             ddp = DistributedDataParallel(Lookup())
             tokens = torch.tensor([[0, 1, 2], [3, 4, 5]]) + rank
             xray = Xray(ddp, tokens, logdir=logdir, every=10, collective_timeout=10)
-            for step in range(12):
+            for step in range(12 if case == "hidden_weight_one_rank" else 18):
                 if step == 3 and rank == 1:
                     with torch.no_grad():
                         ddp.module.embedding.weight[7, 0] = float("nan")
                 ddp.zero_grad()
-                ddp(tokens).square().mean().backward()
+                ddp(tokens if step < 14 else torch.full_like(tokens, 7)).square().mean().backward()
                 xray.take_graphs()
                 if step == 5:
                     found = xray.first_nonfinite

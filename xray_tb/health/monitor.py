@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from xray_tb.trace.graph import Graph
-from xray_tb.health import activation_step, find_agreement
+from xray_tb.health import activation_step, cpu_batches, find_agreement
 from xray_tb.health.block_writer import BlockWriter
 from xray_tb.health.families import Families
 from xray_tb.health.buffer import RowBuffer
@@ -38,7 +38,7 @@ from xray_tb.health.scope import Scope
 from xray_tb.health.sentinel import NonFiniteSentinel
 from xray_tb.health.shards import ShardedHealth
 from xray_tb.health.stats import IterationView, Statistic
-from xray_tb.health.stats.base import entries, row_of
+from xray_tb.health.stats.base import entries, row_of, stored_all
 from xray_tb.health.stats.histograms import WeightHistograms
 from xray_tb.capture.hooks import TapRecorder
 from xray_tb.capture.shared_reductions import SharedReductions
@@ -113,7 +113,8 @@ class HealthMonitor:
             self._grads_seen = True
         if weights and self._shards is not None:  # each rank reduces its own shards; a measured row is combined
             weights, grads = self._shards.local(weights), self._shards.local(grads)
-        if weights and not self._sentinel.done:  # none: no layer holds a parameter, nothing per iteration
+        searched = not self._sentinel.done
+        if weights and searched:  # none: no layer holds a parameter, nothing per iteration
             self._sentinel.check(step, weights, grads, self._biases, None if self.inputs is None else self.inputs.flags(step))
         elif self.inputs is not None and self._sentinel.done:  # only the first non-finite value is reported
             self.inputs.remove()
@@ -132,7 +133,7 @@ class HealthMonitor:
         # A find of gradients only runs the iteration's forwards again first, also at a health step: its
         # activations are then measured from the forward that held the NaN (under DDP with gradient
         # accumulation, an earlier micro-batch's than the last one the hooks kept).
-        if found and self.origin is not None and self.origin.at_find(step, self._taken == step):
+        if self.origin is not None and self._replays(step, grads, found, searched) and self.origin.at_find(step, self._taken == step):
             self._taken, measure = step, True
             self._recorder.clear()
         taken = activations and self._taken != step and self._health_steps.due(step)
@@ -143,6 +144,20 @@ class HealthMonitor:
             self.origin.after_check(step, found)
         if measure and max(len(self._iteration_rows), len(self._activation_rows)) >= self.options.flush_every:
             self.flush()
+
+    def _replays(self, step: int, grads: list, found: bool, searched: bool) -> bool:
+        """Whether this iteration's forwards run again to find where a NaN entered. Under DDP that runs a
+        collective, so every rank decides alike, from its all-reduced gradients (the same on every rank),
+        until the ranks agreed on a first non-finite value: a rank whose own search ended (its copy of a
+        weight held a NaN the others' did not) reads its gradients for it."""
+        if self._group is None:
+            return found
+        if self._sentinel.agreed is not None:
+            return False
+        if searched:
+            return found and self._sentinel.flags_gradients(step)
+        present = [grad for grad in stored_all(grads) if grad is not None]
+        return bool(present) and not math.isfinite(cpu_batches.total(present))
 
     def check(self, step: int, recheck: bool = False) -> None:
         """The non-finite sentinel alone, on the weights and gradients as they are now (iteration ``step``,
