@@ -247,6 +247,8 @@ class Xray:
         sink = recording.sink
         if step is not None:
             step = arguments.step(step)  # refused before anything changes
+        if probe and capturer.probe is None:  # so is a probe without a probe batch
+            raise ValueError("take_graphs(probe=True) needs a probe batch: Xray(..., probe=(x, y), loss_fn=...)")
         recording.recorder.claim()  # the thread that calls take_graphs() trains
         given = step is not None
         counted_by_optimizer = recording.counts_optimizer_steps
@@ -270,8 +272,6 @@ class Xray:
                 if counted_by_optimizer:  # health's activations of the training forward first: the frames reuse their reductions
                     self._health.activations_before_capture(checked)
                 if capturer.probe is not None if probe is None else probe:
-                    if capturer.probe is None:
-                        raise ValueError("take_graphs(probe=True) needs a probe batch: Xray(..., probe=(x, y), loss_fn=...)")
                     capturer.run_probe()
                 if last_step is not None and step <= last_step:
                     capturer.warn_once("step", repeated_step(step, last_step, given, counted_by_optimizer))

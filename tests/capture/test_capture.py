@@ -92,8 +92,14 @@ def test_probe_needs_a_loss_for_grads(model, tmp_path):
     with pytest.raises(ValueError, match="give loss_fn="):
         Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan={"conv": {"grad": True}}, probe=batch()[0])
     with Xray(model, input_size=(1, 8, 8), logdir=str(tmp_path), plan=["conv"]) as xray:
+        x, y = batch()
+        for step in range(2):
+            train_step(model, x, y)
+            assert xray.take_graphs() == step
         with pytest.raises(ValueError, match="needs a probe batch"):
             xray.take_graphs(probe=True)
+        assert xray.take_graphs() == 2  # refused before anything changed: the step count too (it said 3)
+        assert xray.records()["conv"]["output"] == [0, 1, 2]
 
 
 def test_a_probe_the_model_or_its_loss_cannot_take_is_refused_at_construction(model, tmp_path):

@@ -61,12 +61,17 @@ def test_numpy_whole_numbers_are_taken_as_ints_and_bools_are_not():
         HealthOptions(dead_window=True)
 
 
-def test_a_bad_dead_unit_threshold_is_refused_and_changes_nothing(tmp_path):
+def four_dead_units():
+    """relu_mlp() with units 0-3 of layer 0 dead, and a copy of its state."""
     model = relu_mlp()
     with torch.no_grad():
         model[0].weight[:4] = 0.0
-        model[0].bias[:4] = -1.0  # units 0-3 of layer 0 dead
-    weights = {name: value.clone() for name, value in model.state_dict().items()}
+        model[0].bias[:4] = -1.0
+    return model, {name: value.clone() for name, value in model.state_dict().items()}
+
+
+def test_a_bad_dead_unit_threshold_is_refused_and_changes_nothing(tmp_path):
+    model, weights = four_dead_units()
     with Xray(model, input_size=(16,), logdir=str(tmp_path), health=HealthOptions(every=1)) as xray:
         for x, y in batches(3):
             model.zero_grad()
@@ -84,3 +89,25 @@ def test_a_bad_dead_unit_threshold_is_refused_and_changes_nothing(tmp_path):
         assert all(torch.equal(value, weights[name]) for name, value in model.state_dict().items())
         assert xray.dead_units() == dead and xray.dead_units(np.float32(0.0)) == dead and xray.dead_units(0) == dead
         assert [entry.units for entry in xray.prune(threshold=np.float64(0.0))] == [dead["0"]]
+
+
+@pytest.mark.parametrize("value", [math.nan, -1.0, "10"])
+def test_a_flush_interval_that_is_no_number_of_seconds_is_refused(value):
+    with pytest.raises(ValueError, match=r"HealthOptions\(flush_seconds=...\) takes a number of seconds >= 0"):
+        HealthOptions(flush_seconds=value)  # NaN passed the >= 0 check before: health was then written at close only
+
+
+def test_prune_remove_without_applying_and_a_statistic_added_after_close_are_refused(tmp_path):
+    model, weights = four_dead_units()
+    xray = Xray(model, input_size=(16,), logdir=str(tmp_path), health=HealthOptions(every=1))
+    for x, y in batches(3):
+        model.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        xray.take_graphs()
+    # prune(remove=True) alone was a dry run that said applied=False and changed nothing, silently
+    with pytest.raises(ValueError, match=r"prune\(remove=True\) makes the masks permanent.*prune\(dry_run=False, remove=True\)"):
+        xray.prune(remove=True)
+    assert all(torch.equal(value, weights[name]) for name, value in model.state_dict().items())
+    xray.close()
+    with pytest.raises(RuntimeError, match="this Xray is closed"):  # accepted silently before
+        xray.add_statistic("grad_rms", lambda g: g.square().mean().sqrt())

@@ -418,3 +418,34 @@ def test_the_gradient_mean_and_variance_of_a_layer_are_over_its_weights_that_hav
         for name in ("lstm", "two"):
             got = np.asarray(values)[layers.index(name)]  # layers x steps
             np.testing.assert_allclose(got, [row[name][index] for row in expected], rtol=1e-4, atol=1e-9, err_msg=f"{stat} {name}")
+
+
+@pytest.mark.parametrize("with_optimizer", [False, True])
+@pytest.mark.parametrize("as_keyword", [False, True])
+def test_a_step_whose_closure_runs_the_last_backward_is_measured_on_the_gradient_it_applies(tmp_path, with_optimizer, as_keyword):
+    """Accumulation of two micro-batches where the second runs in optimizer.step(closure), as Lightning
+    does, take_graphs() inside the closure: the step's pre-hooks come before that backward."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    extra = {"optimizer": optimizer} if with_optimizer else {}
+    applied = []
+    generator = torch.Generator().manual_seed(1)
+    with Xray(model, input_size=(8,), logdir=str(tmp_path), every=5, health=HealthOptions(every=1), **extra) as xray:
+        for step in range(6):
+            x = torch.randn(16, 8, generator=generator)
+            (F.cross_entropy(model(x), (x[:, 0] > 0).long()) / 2).backward()  # micro-batch 1
+
+            def closure(step=step):
+                x = torch.randn(16, 8, generator=generator)
+                loss = F.cross_entropy(model(x), (x[:, 0] > 0).long()) / 2
+                loss.backward()  # micro-batch 2
+                applied.append(float(model[0].weight.grad.double().norm()))
+                xray.take_graphs(None if with_optimizer else step)
+                return loss
+
+            optimizer.step(closure=closure) if as_keyword else optimizer.step(closure)
+            optimizer.zero_grad()
+    layers, steps, values = open_run(str(tmp_path)).health("grad_l2")
+    assert list(steps) == list(range(6))  # the last step was missing
+    np.testing.assert_allclose(values[layers.index("0")], applied, rtol=1e-5)  # each row held the next step's first half

@@ -6,6 +6,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -101,6 +102,13 @@ def test_one_capture_per_due_optimizer_step_with_the_gradient_the_optimizer_saw(
         torch.testing.assert_close(run.load("net.0", "weight_grad", step)[0], grad_seen, rtol=0, atol=0)
         torch.testing.assert_close(run.load("net.0", "weight", step)[0], weight_seen, rtol=0, atol=0)
         assert run.load("net.0", "output", step)[1].original_shape == [4, 8]  # the last micro-batch's output
+    # Training health measures each step on the gradient it applies, though Lightning runs the last
+    # micro-batch's backward inside optimizer.step(closure), after the step's pre-hooks: before, each row
+    # held the next step's first micro-batch's gradient, one step early, and the last step was missing.
+    layers, steps, values = run.health("grad_l2")
+    assert list(steps) == list(range(6))
+    expected = [float(grad.double().norm()) for _, grad in module.recording_optimizer.seen]
+    np.testing.assert_allclose(values[layers.index("net.0")], expected, rtol=1e-5)
     # One run: Xray's event file sits beside Lightning's own, whose scalars are there too.
     names = sorted(path.name for path in Path(logger.log_dir).glob("events.out.tfevents.*"))
     assert len(names) == 2 and sum(name.endswith(".xray") for name in names) == 1

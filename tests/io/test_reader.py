@@ -102,7 +102,7 @@ def test_frames_are_in_step_order(recorded):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (("zcnov", "weight", 0), "has no layer 'zcnov'; did you mean 'zconv'?; recorded layers: zconv, alinear"),
+        (("zcnov", "weight", 0), "has no layer 'zcnov' (did you mean 'zconv'?); recorded layers: zconv, alinear"),
         (("relu", "weight", 0), "has no layer 'relu'; recorded layers: zconv, alinear"),
         (("zconv", "weights", 0), "unknown kind 'weights'; valid kinds: weight, weight_grad, bias, bias_grad, output, activation, grad"),
         (("alinear", "output", 0), "layer 'alinear' has no 'output' frames; recorded kinds: weight"),
@@ -123,6 +123,20 @@ def test_a_step_that_is_no_number_and_a_run_that_is_no_path_are_named(recorded):
     assert run.load("zconv", "weight", np.int64(10))[1].step == 10  # numpy's integers are whole numbers too
     with pytest.raises(TypeError, match=r"open_run\(\) takes a run directory, a str or path .*; got int 5"):
         open_run(5)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda run: run.load(None, "weight", 0), "layer= is a layer name such as 'conv1', a string; got NoneType None"),
+    (lambda run: run.load(["zconv"], "weight", 0), "layer= is a layer name such as 'conv1', a string; got list ['zconv']"),
+    (lambda run: run.frames("zconv", 3), "kind= is one of weight, "),
+    (lambda run: run.health(None), "stat= is a statistic name such as 'grad_l2', a string; got NoneType None"),
+    (lambda run: run.health("grad_l2", present="yes"), "health(present=...) takes True or False, got 'yes'"),
+])
+def test_a_name_that_is_no_string_is_named_before_any_lookup(recorded, call, message):
+    run, _ = recorded  # before, difflib's own TypeError ('NoneType' object is not iterable) came out
+    with pytest.raises(TypeError) as error:
+        call(run)
+    assert message in str(error.value)
 
 
 def test_frames_checks_names_like_load(recorded):
@@ -214,8 +228,15 @@ def test_a_directory_without_event_files_lists_the_runs_below(tmp_path):
     for run in ("b/c", "a"):
         (tmp_path / run).mkdir(parents=True)
         (tmp_path / run / "events.out.tfevents.1").write_bytes(b"")
-    with pytest.raises(ValueError, match="holds no event file but these run directories below it do: a, b/c; open one"):
+    with pytest.raises(ValueError, match="holds no event file but 2 run directories below it do: a, b/c; open one"):
         open_run(tmp_path)
+    with pytest.raises(NotADirectoryError, match="is a file, not a run directory"):  # it said "no such run directory"
+        open_run(tmp_path / "a" / "events.out.tfevents.1")
+    for index in range(12):
+        (tmp_path / f"many/r{index:02d}").mkdir(parents=True)
+        (tmp_path / f"many/r{index:02d}/events.out.tfevents.1").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"but 12 run directories below it do: r00, .*, r09, and 2 more; open one"):
+        open_run(tmp_path / "many")  # a logdir of hundreds of runs no longer lists them all
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match=r"holds no event file \(events\.out\.tfevents\.\*\), nor does any folder"):
         open_run(tmp_path / "empty")

@@ -42,6 +42,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from xray_tb.capture.hooks import Hook, call_weakly
 from xray_tb.health.backward_marker import BackwardMarker
+from xray_tb.health.closure_steps import after_closure
 from xray_tb.health.optimizer_params import PerOptimizer, held_ids, steps_any
 from xray_tb.health.skipped_steps import SkippedSteps
 from xray_tb.user_frame import user_stacklevel
@@ -91,8 +92,8 @@ class IterationFollower:
         first = self._marker.first_trained()  # the first layer the forward calls
         if first is not None:
             self._marker.put_on(first)
-            self._step_handle = register_optimizer_step_pre_hook(
-                Hook(lambda optimizer, args, kwargs: call_weakly(this, "_before_step", optimizer)))
+            self._step_handle = register_optimizer_step_pre_hook(  # after a closure's backward, where the step has one
+                Hook(lambda optimizer, args, kwargs: after_closure(args, kwargs, lambda: call_weakly(this, "_before_step", optimizer))))
 
     def counts_call(self, step: int) -> bool:
         """Whether the ``take_graphs(step)`` call is an iteration: not when no backward ran since the last

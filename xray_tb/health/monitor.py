@@ -332,6 +332,11 @@ class HealthMonitor:
         self._iteration_rows = RowBuffer(list(self.families.iteration))
         self._activation_rows = RowBuffer([*self.families.activation, self.families.checks])
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran (nothing is written any more)."""
+        return self._writer.sink is None
+
     def settle(self) -> None:
         """Before :meth:`close`, on every rank (FSDP): agree on what only some ranks may have seen."""
         if self._shards is not None and self._writer.sink is not None:

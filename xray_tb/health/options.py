@@ -77,7 +77,7 @@ class HealthOptions:
             value = getattr(self, name)
             if whole(value) is None or value < 1:
                 raise ValueError(f"HealthOptions({name}=...) takes a whole number >= 1, got {value!r}")
-        if not is_number(self.flush_seconds) or self.flush_seconds < 0:
+        if not is_number(self.flush_seconds) or not self.flush_seconds >= 0:  # NaN too
             raise ValueError(f"HealthOptions(flush_seconds=...) takes a number of seconds >= 0, got {self.flush_seconds!r}")
         if not is_number(self.saturation_margin) or not 0 <= self.saturation_margin < 0.5:
             raise ValueError(f"HealthOptions(saturation_margin=...) takes a number in [0, 0.5), got {self.saturation_margin!r}")

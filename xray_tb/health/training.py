@@ -19,6 +19,7 @@ from tb_plugin import health_metadata
 from xray_tb.capture.hooks import Hook
 from xray_tb.distributed import DistributedMismatch, Group
 from xray_tb.health import pruning
+from xray_tb.health.closure_steps import after_closure
 from xray_tb.health.findings import Finding, NonFinite
 from xray_tb.health.iteration_follower import IterationFollower
 from xray_tb.health.other_optimizers import OtherOptimizers
@@ -52,9 +53,10 @@ class TrainingHealth:
                                 reductions=recording.reductions, earlier_findings=recording.earlier_findings)
         if optimizer is not None:
             # Iterations are the optimizer's steps: a step pre-hook measures before the weights move.
-            def before_step(optimizer, args, kwargs) -> None:
-                if not recording.closed:
-                    self.iteration(recording.next_step)
+            def before_step(optimizer, args, kwargs):
+                if not recording.closed:  # after a closure's backward, where the step has one
+                    return after_closure(args, kwargs, lambda: self.iteration(recording.next_step))
+                return None
 
             recording.on_release(optimizer.register_step_pre_hook(Hook(before_step)).remove)
             others = OtherOptimizers(optimizer, lambda: [param for layer in monitor.scope.weighted for param in layer.params],
@@ -191,6 +193,9 @@ class TrainingHealth:
         for name, value in (("dry_run", dry_run), ("remove", remove)):
             if not isinstance(value, bool):  # prune(dry_run="no") would be a dry run: refused
                 raise TypeError(f"prune({name}=...) takes True or False, got {value!r}")
+        if remove and dry_run:  # a dry run changes nothing, so there would be nothing to make permanent
+            raise ValueError("prune(remove=True) makes the masks permanent, which needs them applied: "
+                             "call prune(dry_run=False, remove=True)")
         monitor = self._monitor()
         layers = {layer.name: layer for layer in monitor.scope.activations}
         report = pruning.plan(layers, self.dead_units(threshold))
@@ -207,6 +212,8 @@ class TrainingHealth:
         ``weight_grad`` at every health iteration, on its ``activation`` at health steps. It is written
         like the built-ins, as ``name`` (``name[kind]`` when several kinds are given)."""
         monitor = self._monitor()
+        if monitor.closed:
+            raise RuntimeError("this Xray is closed; create a new one to record again")
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]{1,48}", name):
             raise ValueError(f"add_statistic name must be letters, digits, '_', '.' or '-' (1-48 of them), got {name!r}")
         if not callable(fn):

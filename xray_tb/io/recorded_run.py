@@ -76,6 +76,9 @@ class RecordedRun:
         measured (the update ratio between its measurements, a layer without a gradient)."""
         from xray_tb.health import reading
 
+        _check_name("stat", stat, "a statistic name such as 'grad_l2'")
+        if not isinstance(present, bool):
+            raise TypeError(f"health(present=...) takes True or False, got {present!r}")
         recorded = self._contents.health_series
         if stat not in recorded and stat not in health_metadata.BUILTIN_STATS:
             close = close_matches(stat, dict.fromkeys([*health_metadata.BUILTIN_STATS, *recorded]), n=3)
@@ -155,6 +158,8 @@ class RecordedRun:
 
     def _steps(self, layer: str, kind: str) -> dict[int, StoredFrame]:
         """``{step: frame}`` of a recorded layer and kind; a ValueError saying what was recorded otherwise."""
+        _check_name("layer", layer, "a layer name such as 'conv1'")
+        _check_name("kind", kind, f"one of {', '.join(metadata.KINDS)}")
         if kind not in metadata.KINDS:
             raise ValueError(f"unknown kind {kind!r}; valid kinds: {', '.join(metadata.KINDS)}")
         kinds = self._contents.frames.get(layer)
@@ -171,11 +176,17 @@ def _decode(stored: StoredFrame) -> tuple[torch.Tensor, metadata.FrameHeader]:
     return torch.from_numpy(np.asarray(values, dtype=np.float32)), header
 
 
+def _check_name(what: str, value, example: str) -> None:
+    """A name argument (a layer, a kind, a statistic) must be a string: say so, with an example, before any lookup."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what}= is {example}, a string; got {type(value).__name__} {value!r}")
+
+
 def _unknown_layer_message(layer: str, recorded: list[str], logdir: str) -> str:
     message = f"run {logdir!r} has no layer {layer!r}"
     close = close_matches(layer, recorded, n=3, cutoff=0.6)
     if close:
-        message += f"; did you mean {' or '.join(map(repr, close))}?"
+        message += f" (did you mean {' or '.join(map(repr, close))}?)"
     return f"{message}; recorded layers: {', '.join(recorded) or '(none)'}"
 
 

@@ -50,18 +50,25 @@ class RunFiles:
         return True
 
 
+#: The most run directories an error lists by name.
+_LISTED_RUNS = 10
+
+
 def _event_files(logdir: str) -> list[str]:
     """The event files directly in ``logdir``, in name order."""
     if not storage.isdir(logdir):
+        if not storage.is_remote(logdir) and os.path.isfile(logdir):
+            raise NotADirectoryError(f"{logdir!r} is a file, not a run directory: give the folder that holds the event files")
         raise FileNotFoundError(f"no such run directory: {logdir!r}")
     paths = storage.event_files(logdir)  # local or remote (s3://...), through TensorBoard's file layer
     if paths:
         return paths
     runs = storage.run_folders_below(logdir)
     if runs:
+        listed = ", ".join(runs[:_LISTED_RUNS]) + (f", and {len(runs) - _LISTED_RUNS} more" if len(runs) > _LISTED_RUNS else "")
         raise ValueError(
-            f"{logdir!r} holds no event file but these run directories below it do: {', '.join(runs)}; "
-            f"open one of them, e.g. open_run({storage.join(logdir, runs[0])!r})"
+            f"{logdir!r} holds no event file but {len(runs)} run director{'y' if len(runs) == 1 else 'ies'} below it do: "
+            f"{listed}; open one of them, e.g. open_run({storage.join(logdir, runs[0])!r})"
         )
     raise ValueError(f"{logdir!r} holds no event file ({storage.EVENT_FILE_PREFIX}*), nor does any folder below it")
 
