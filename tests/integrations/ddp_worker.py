@@ -289,8 +289,10 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
                     optimizer.step()
             found = xray.first_nonfinite
             result["nonfinite"] = None if found is None else [found.step, found.layer, found.kind]
-        elif case in ("hidden_weight_one_rank", "hidden_then_seen"):  # a NaN written into rank 1's row 7 of an embedding
-            # no batch looks up; then_seen: from step 14 every batch looks it up, so the gradients turn NaN on both ranks
+        elif case in ("hidden_weight_one_rank", "hidden_then_seen_6", "hidden_then_seen_14"):  # a NaN written into rank 1's
+            # row 7 of an embedding no batch looks up; then_seen_k: from step k every batch looks it up, so the gradients turn
+            # NaN on both ranks (6: before the health step at 10 that agrees on rank 1's find; 14: after it)
+            seen = int(case.rsplit("_", 1)[1]) if case.startswith("hidden_then") else 99
             ddp = DistributedDataParallel(Lookup())
             tokens = torch.tensor([[0, 1, 2], [3, 4, 5]]) + rank
             xray = Xray(ddp, tokens, logdir=logdir, every=10, collective_timeout=10)
@@ -299,7 +301,7 @@ def main(case: str, rank: int, port: str, logdir: str) -> None:
                     with torch.no_grad():
                         ddp.module.embedding.weight[7, 0] = float("nan")
                 ddp.zero_grad()
-                ddp(tokens if step < 14 else torch.full_like(tokens, 7)).square().mean().backward()
+                ddp(tokens if step < seen else torch.full_like(tokens, 7)).square().mean().backward()
                 xray.take_graphs()
                 if step == 5:
                     found = xray.first_nonfinite

@@ -129,10 +129,12 @@ def test_a_nan_only_one_ranks_copy_of_a_weight_holds_is_reported_by_rank_zero_at
         ("nonfinite", 3, "embedding")]
 
 
-def test_gradients_that_turn_nan_after_one_rank_alone_found_its_weight_make_no_rank_wait(tmp_path):
-    # Rank 1 found its own copy's NaN at step 3 (and stopped checking); from step 14 the gradients are NaN on
-    # both ranks. Rank 0 must not start a collective for that find that rank 1, done, would never join.
-    results = run_ranks("hidden_then_seen", tmp_path)
+@pytest.mark.parametrize("seen", [6, 14])
+def test_gradients_that_turn_nan_after_one_rank_alone_found_its_weight_make_no_rank_wait(tmp_path, seen):
+    # Rank 1 found its own copy's NaN at step 3 (and stopped checking); from step `seen` the gradients are NaN
+    # on both ranks, before the health step at 10 that agrees on rank 1's find or after it. Rank 0 must not
+    # start a collective for that find that rank 1, done, would never join.
+    results = run_ranks(f"hidden_then_seen_{seen}", tmp_path)
     assert [result.get("error") for result in results] == [None, None]
     assert [result["nonfinite"] for result in results] == [[3, "embedding", "weight"]] * 2
 

@@ -113,7 +113,9 @@ class ForwardOrigin:
         if self._replay is None:
             return
         self._replay.forget()
-        if self._sentinel.done:  # only the first non-finite value is reported: no forward to keep from now on
+        # Only the first non-finite value is reported: no forward to keep from now on; under DDP, once the
+        # ranks agreed on it (until then a rank whose own search ended still joins the others' replays).
+        if self._sentinel.done and (self._group is None or self._sentinel.agreed is not None):
             self.remove()
 
     def remove(self) -> None:
