@@ -40,3 +40,36 @@ def test_a_compiled_model_is_recorded_under_its_own_layer_names(tmp_path):
     for step in (0, 5, 10):
         values, header = run.load("0", "output", step)
         np.testing.assert_allclose(values.numpy(), expected[step][header.indices].numpy(), rtol=1e-6)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(4, 8), nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+@pytest.mark.parametrize("ran_before", ["this model", "another instance"])
+def test_a_model_compiled_and_run_before_xray_still_records_its_outputs_and_gradients(tmp_path, ran_before):
+    """torch.compile does not guard on module hooks: the code compiled before Xray's hooks were there went
+    on running without them, and no output or gradient was ever recorded (a warm-up step, or a baseline run
+    of the same class in the same process)."""
+    torch.manual_seed(0)
+    model = Net()
+    compiled = torch.compile(model, backend="eager")
+    warm = compiled if ran_before == "this model" else torch.compile(Net(), backend="eager")
+    warm(torch.randn(3, 4)).pow(2).mean().backward()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Xray(compiled, torch.randn(2, 4), logdir=str(tmp_path), plan={"fc1": {"output": True, "grad": True}}) as xray:
+        for step in range(3):
+            x = torch.randn(3, 4)
+            optimizer.zero_grad()
+            compiled(x).pow(2).mean().backward()
+            xray.take_graphs(step)
+            expected = torch.nn.functional.linear(x, model.fc1.weight, model.fc1.bias).detach()
+            optimizer.step()
+            values, header = open_run(tmp_path).load("fc1", "output", step)
+            np.testing.assert_allclose(values.numpy(), expected[header.indices].numpy(), rtol=1e-6)
+    assert open_run(tmp_path).records() == {"fc1": {"output": [0, 1, 2], "grad": [0, 1, 2]}}

@@ -24,6 +24,7 @@ from xray_tb.bias.recording import attention_iou
 from xray_tb.capture import plan as plans
 from xray_tb.capture.capture import CaptureReport
 from xray_tb.capture.capturer import Capturer, PreparedPlan
+from xray_tb.capture.hooks import recompile_with_hooks
 from xray_tb.capture.call_steps import DueSteps, filed_step, repeated_step
 from xray_tb.capture.schedules import ScheduleLike
 from xray_tb.capture.selectors import RandomFilters, Selector
@@ -173,6 +174,7 @@ class Xray:
 
         self._health = TrainingHealth(recording, health, optimizer, capture_due, layer_scalars, group, modules=first_plan.modules)
         self._install(first_plan)
+        recompile_with_hooks(model)  # a model compiled and run before it had Xray's hooks
         attached.attach(model, self, attached.run_key(recording.logdir))  # an earlier Xray on the same run is closed
         recording.built()
 
@@ -283,8 +285,7 @@ class Xray:
             finally:
                 if not counted_by_optimizer:
                     recording.next_step = step + 1
-                if self._due.schedule is not None:
-                    recording.recorder.clear()  # nothing is held between scheduled captures
+                recording.recorder.clear()  # nothing is held between captures (a layer the next forward skips is missing, not stale)
                 self._arm_for(recording.next_step)
         return step
 

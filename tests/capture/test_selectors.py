@@ -159,3 +159,55 @@ def test_numpy_indices_are_whole_numbers_and_bools_are_not(tmp_path):
         with pytest.warns(UserWarning, match="BoolIndices.select returned True among its indices"):
             xray.take_graphs(0)
         assert xray.records() == {}
+
+
+def _train_and_capture(model, x, plan, selector, tmp_path, **options):
+    with Xray(model, x, logdir=str(tmp_path), plan=plan, selector=selector, health=False, **options) as xray:
+        model(x).pow(2).mean().backward()
+        xray.take_graphs(0)
+    from xray_tb import open_run
+
+    return open_run(tmp_path)
+
+
+@pytest.mark.parametrize("plan", [{"conv": {"weight": True, "bias": True}}, {"conv": {"bias": True, "output": True}}])
+def test_a_bias_is_kept_whole_and_never_decides_its_layers_filters(tmp_path, plan):
+    """ScoredRows chose once per (layer, first-axis size): a bias took its weight's 4 filters, or its whole
+    32 became the outputs' choice, past max_filters."""
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.add_module("conv", nn.Conv2d(3, 32, 3))
+    run = _train_and_capture(model, torch.randn(2, 3, 8, 8), plan, TopVariance(max_filters=4), tmp_path)
+    assert run.load("conv", "bias", 0)[1].indices == list(range(32))
+    other = "weight" if "weight" in plan["conv"] else "output"
+    values, header = run.load("conv", other, 0)
+    assert len(header.indices) == 4
+
+
+def test_a_conv1d_output_shows_the_same_channels_as_its_weights_filters(tmp_path):
+    """A sample of a Conv1d output is channels x length: filters, not rows (it kept 64 other channels)."""
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.add_module("conv", nn.Conv1d(4, 100, 3))
+    model.add_module("act", nn.ReLU())
+    plan = {"conv": {"weight": True, "output": True, "activation": True, "grad": True}}
+    run = _train_and_capture(model, torch.randn(8, 4, 16), plan, RandomFilters(), tmp_path)
+    chosen = {kind: run.load("conv", kind, 0)[1].indices for kind in plan["conv"]}
+    assert len(chosen["weight"]) == 16 and all(indices == chosen["weight"] for indices in chosen.values())
+
+
+def test_float16_storage_keeps_in_float32_a_frame_it_cannot_hold(tmp_path):
+    """Values beyond 65504 were stored as infinities that the frame's statistics did not count, and weights
+    around 1e-9 as zeros."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8))
+    with torch.no_grad():
+        model[0].weight.mul_(1e6)
+        model[1].weight.mul_(1e-9)
+    plan = {name: {"weight": True} for name in ("0", "1", "2")}
+    run = _train_and_capture(model, torch.randn(4, 8), plan, KeepAll(), tmp_path, dtype="float16")
+    for name, stored in (("0", torch.float32), ("1", torch.float32), ("2", torch.float16)):
+        values, header = run.load(name, "weight", 0)
+        weight = model[int(name)].weight.detach()
+        assert torch.isfinite(values).all()
+        torch.testing.assert_close(values, weight.to(stored).float(), rtol=0, atol=0, msg=f"layer {name}")

@@ -161,8 +161,25 @@ def _kind_frames(
         header, values = make_frame(
             tensor, info=info, selector=selector, step=step, run_id=context.run_id, wall_time=wall_time, path=path, selector_name=selector_name
         )
-        frames.append((header, values.astype(context.storage_dtype, copy=False), tensor.rows if isinstance(tensor, Gathered) else tensor))
+        frames.append((header, _stored(values, context.storage_dtype), tensor.rows if isinstance(tensor, Gathered) else tensor))
     return frames
+
+
+#: float16's largest finite value and its smallest normal one.
+_HALF_MAX, _HALF_TINY = float(np.finfo(np.float16).max), float(np.finfo(np.float16).tiny)
+
+
+def _stored(values: np.ndarray, dtype: type) -> np.ndarray:
+    """``values`` (float32) as the run stores them: in ``dtype``, but a frame float16 cannot hold (a finite
+    value beyond ±65504, which would read as infinite, or every value below its normal range, which would
+    read as 0 or lose its digits) stays float32. The stored ``.npy`` says which, so readers need no flag."""
+    if dtype is not np.float16 or not values.size:
+        return values.astype(dtype, copy=False)
+    with np.errstate(invalid="ignore"):
+        magnitudes = np.abs(values[np.isfinite(values)])
+    if magnitudes.size and (magnitudes.max() > _HALF_MAX or 0 < magnitudes.max() < _HALF_TINY):
+        return values
+    return values.astype(np.float16)
 
 
 def _planned_tensors(

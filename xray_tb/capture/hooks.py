@@ -51,6 +51,18 @@ def run_eagerly_under_compile() -> None:
 _EAGER_CALL = Hook.__call__
 
 
+def recompile_with_hooks(model: nn.Module) -> None:
+    """``torch.compile`` does not guard its code on module hooks (torch's
+    ``torch._dynamo.config.skip_nnmodule_hook_guards``): code it compiled for ``model``'s class before
+    Xray's hooks were there (a warm-up step, another instance of the class) would go on running without
+    them, and nothing would be recorded. Drop that code, so the next compiled call compiles again with the
+    hooks. Nothing happens where ``torch._dynamo`` is not imported (no model was compiled)."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    code = getattr(type(model).forward, "__code__", None)
+    if eval_frame is not None and code is not None and hasattr(eval_frame, "reset_code"):
+        eval_frame.reset_code(code)
+
+
 def call_weakly(owner: "weakref.ref", method: str, *args) -> None:
     """Call ``method`` of the object ``owner`` refers to, if it still lives: what a hook registered
     globally (an optimizer step hook) calls, so that it does not keep its owner alive."""

@@ -65,11 +65,19 @@ def _count(owner: str, name: str, value, least: int = 1) -> int:
     return int(value)
 
 
-def _limit(tensor: torch.Tensor, max_filters: int, max_rows: int) -> int:
-    """How many entries of the first axis may be kept: filters (rank >= 3), rows (rank 2), or all
-    of a vector, which is a single row."""
+#: Layers whose outputs are ``[batch, channels, length]``: a sample's ``[channels, length]`` is filters, as
+#: the weight's first axis is, not rows.
+_CHANNELS_BY_LENGTH = frozenset({"Conv1d", "ConvTranspose1d", "LazyConv1d", "LazyConvTranspose1d"})
+_BATCH_KINDS = frozenset({"output", "activation", "grad"})
+
+
+def _limit(tensor: torch.Tensor, max_filters: int, max_rows: int, info: Optional[SelectionInfo] = None) -> int:
+    """How many entries of the first axis may be kept: filters (rank >= 3, or a 1-d convolution's sample
+    of channels by length), rows (rank 2), or all of a vector, which is a single row."""
     if tensor.dim() <= 1:
         return tensor.numel()
+    if tensor.dim() == 2 and info is not None and info.kind in _BATCH_KINDS and info.layer_type in _CHANNELS_BY_LENGTH:
+        return max_filters
     return max_filters if tensor.dim() >= 3 else max_rows
 
 
@@ -99,7 +107,7 @@ class FirstN(Selector):
     def select(self, tensor, info):
         if tensor.dim() == 0:
             return Selection(())
-        return Selection(tuple(range(min(tensor.shape[0], _limit(tensor, self.max_filters, self.max_rows)))))
+        return Selection(tuple(range(min(tensor.shape[0], _limit(tensor, self.max_filters, self.max_rows, info)))))
 
 
 class RandomFilters(Selector):
@@ -119,7 +127,7 @@ class RandomFilters(Selector):
     def select(self, tensor, info):
         if tensor.dim() == 0:
             return Selection(())
-        key = (info.layer, tensor.shape[0], _limit(tensor, self.max_filters, self.max_rows))
+        key = (info.layer, tensor.shape[0], _limit(tensor, self.max_filters, self.max_rows, info))
         if key not in self._chosen:
             self._chosen[key] = self._draw(*key)
         return self._chosen[key]
@@ -135,7 +143,7 @@ class ScoresNeeded(Exception):
     """A :class:`ScoredRows` was given a sharded tensor's stand-in (``meta``) before every rank's scores
     were gathered: the sharded capture gathers them and asks again (:mod:`xray_tb.capture.sharded`)."""
 
-    def __init__(self, selector: "ScoredRows", key: tuple[str, int]):
+    def __init__(self, selector: "ScoredRows", key: tuple[str, int, int]):
         super().__init__(f"{type(selector).__name__} needs the scores of {key[0]!r}'s rows, which are sharded")
         self.selector, self.key = selector, key
 
@@ -152,8 +160,8 @@ class ScoredRows(Selector):
     def __init__(self, max_filters: int = DEFAULT_MAX_FILTERS, max_rows: int = DEFAULT_MAX_ROWS):
         self.max_filters = _count(type(self).__name__, "max_filters", max_filters)
         self.max_rows = _count(type(self).__name__, "max_rows", max_rows)
-        self._chosen: dict[tuple[str, int], Selection] = {}
-        self._agreed: dict[tuple[str, int], Selection] = {}  # chosen from every rank's scores: the same on every rank
+        self._chosen: dict[tuple[str, int, int], Selection] = {}
+        self._agreed: dict[tuple[str, int, int], Selection] = {}  # chosen from every rank's scores: the same on every rank
 
     def score(self, rows: torch.Tensor) -> torch.Tensor:
         """One score per row of ``rows`` (float32, ``rows x values``), from that row's values alone."""
@@ -162,14 +170,23 @@ class ScoredRows(Selector):
     def select(self, tensor, info):
         if tensor.dim() == 0 or tensor.shape[0] == 0:
             return Selection(())
-        key = (info.layer, tensor.shape[0])
+        # by how many may be kept too: a bias (a vector, kept whole) never takes its weight's filters
+        limit = _limit(tensor, self.max_filters, self.max_rows, info)
+        key = (info.layer, tensor.shape[0], limit)
         if tensor.is_meta:  # a sharded tensor's stand-in: only a choice made from every rank's scores will do
             if key not in self._agreed:
                 raise ScoresNeeded(self, key)
             return self._agreed[key]
         if key not in self._chosen:
-            self._chosen[key] = self.choose(self.row_scores(tensor), tensor)
+            self._chosen[key] = self._choose(self.row_scores(tensor), tensor, limit)
         return self._chosen[key]
+
+    def _choose(self, scores: torch.Tensor, tensor: torch.Tensor, limit: int) -> Selection:
+        """:meth:`choose`, given ``limit`` only where the tensor's rank alone would allow another count (a
+        subclass's own ``choose(scores, tensor)`` keeps working)."""
+        if limit == _limit(tensor, self.max_filters, self.max_rows):
+            return self.choose(scores, tensor)
+        return self.choose(scores, tensor, limit)
 
     def row_scores(self, tensor: torch.Tensor) -> torch.Tensor:
         """:meth:`score` of each entry of ``tensor``'s first axis, checked."""
@@ -180,16 +197,18 @@ class ScoredRows(Selector):
             raise ValueError(f"{type(self).__name__}.score must return one score per row, shape ({rows.shape[0]},), got {got}")
         return scores
 
-    def choose(self, scores: torch.Tensor, tensor: torch.Tensor) -> Selection:
-        """The rows of highest score (a NaN score is the lowest), in index order."""
+    def choose(self, scores: torch.Tensor, tensor: torch.Tensor, limit: Optional[int] = None) -> Selection:
+        """The rows of highest score (a NaN score is the lowest), in index order; at most ``limit`` (by
+        default as many as ``tensor``'s rank allows)."""
         scores = scores.float()
         scores = torch.where(torch.isnan(scores), torch.full_like(scores, -math.inf), scores)
-        top = torch.topk(scores, min(_limit(tensor, self.max_filters, self.max_rows), scores.numel())).indices
+        limit = _limit(tensor, self.max_filters, self.max_rows) if limit is None else limit
+        top = torch.topk(scores, min(limit, scores.numel())).indices
         return Selection(tuple(sorted(int(i) for i in top)))
 
-    def agree(self, key: tuple[str, int], scores: torch.Tensor, stand_in: torch.Tensor) -> None:
+    def agree(self, key: tuple[str, int, int], scores: torch.Tensor, stand_in: torch.Tensor) -> None:
         """Choose for a sharded tensor from every rank's ``scores`` (called on every rank alike)."""
-        self._agreed[key] = selection = self.choose(scores, stand_in)
+        self._agreed[key] = selection = self._choose(scores, stand_in, key[2])
         self._chosen.setdefault(key, selection)  # the other kinds of the layer follow, as in one process
 
 
