@@ -285,7 +285,8 @@ class Xray:
             finally:
                 if not counted_by_optimizer:
                     recording.next_step = step + 1
-                recording.recorder.clear()  # nothing is held between captures (a layer the next forward skips is missing, not stale)
+                if self._due.schedule is not None:
+                    recording.recorder.clear()  # nothing is held between scheduled captures
                 self._arm_for(recording.next_step)
         return step
 

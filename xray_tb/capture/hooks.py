@@ -186,7 +186,8 @@ class TapRecorder:
         self._calls.clear()
         self._without_grad.clear()
         self._rooted = True
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled():  # a training forward: what an earlier one kept is not this one's
+            self.latest.clear()  # (a layer this forward skips is missing, not its last output again)
             self.errors.clear()
             self._drop_tensor_hooks()
 
