@@ -96,16 +96,19 @@ class ForwardOrigin:
         if origin is not None:
             self._writer.forward_origins[int(step)] = origin
         if batch:
-            self._writer.nonfinite_inputs.add(int(step))
-            self._sentinel.input_finds.setdefault(int(step), ((), [True]))
+            self._batch_held(step)
 
     def note_batch(self, step: int) -> None:
         """The check of ``step`` found a non-finite value (on a CPU): note whether the batch held it, for the
         finding's advice, and in this rank's find, which the ranks' agreement carries (under DDP another
         rank's batch may have held it): before any activation statistics of ``step`` are gathered."""
         if self._replay is not None and self._replay.inputs_nonfinite():
-            self._writer.nonfinite_inputs.add(int(step))
-            self._sentinel.input_finds.setdefault(int(step), ((), [True]))
+            self._batch_held(step)
+
+    def _batch_held(self, step: int) -> None:
+        """File that a batch of ``step`` held the NaN: in the sentinel's finds, which the ranks' agreement
+        carries and the ``nonfinite`` finding's advice reads (:class:`~xray_tb.health.block_writer.BlockWriter`)."""
+        self._sentinel.input_finds.setdefault(int(step), ((), [True]))
 
     def after_check(self, step: int, found: bool) -> None:
         """A check of ``step`` ran (``found``: a non-finite value at it, on a CPU): drop the kept forwards;
