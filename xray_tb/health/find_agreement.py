@@ -12,9 +12,15 @@ Each row also says whether that rank's batch held the NaN or Inf (its input flag
 
 from __future__ import annotations
 
+import math
+from typing import Optional
+
 import torch
 
+from xray_tb.health import cpu_batches
 from xray_tb.health.sentinel import NonFiniteSentinel
+from xray_tb.health.stats.base import stored_all
+from xray_tb.distributed import Group
 
 
 def local_row(sentinel: NonFiniteSentinel) -> torch.Tensor:
@@ -39,3 +45,19 @@ def agree(sentinel: NonFiniteSentinel, rows: torch.Tensor) -> None:
         sentinel.agree(int(first), flags)
         if batch:
             sentinel.input_finds.setdefault(int(first), ((), [True]))
+
+
+def replays(group: Optional[Group], sentinel: NonFiniteSentinel, step: int, grads: list, found: bool, searched: bool) -> bool:
+    """Whether iteration ``step``'s forwards run again to find where a NaN entered (``found``: the sentinel
+    found one at ``step``; ``searched``: its search had not ended before). Under DDP that runs a
+    collective, so every rank decides alike, from its all-reduced gradients (the same on every rank),
+    until the ranks agreed on a first non-finite value: a rank whose own search ended (its copy of a
+    weight held a NaN the others' did not) reads its gradients for it."""
+    if group is None:
+        return found
+    if sentinel.agreed is not None:
+        return False
+    if searched:
+        return found and sentinel.flags_gradients(step)
+    present = [grad for grad in stored_all(grads) if grad is not None]
+    return bool(present) and not math.isfinite(cpu_batches.total(present))

@@ -60,7 +60,7 @@ class ForwardOrigin:
         if self._replay is None:
             return False
         if self._group is None and not self._sentinel.gradients_only(step):
-            return False  # (under DDP the monitor decided, alike on every rank: see HealthMonitor._replays)
+            return False  # (under DDP the monitor decided, alike on every rank: see find_agreement.replays)
         recorder = self._recorder if self.graph_of is None else every_output(self._model, self._scope, self.graph_of())
         own = recorder is not self._recorder
         latest = recorder.latest

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from xray_tb.trace.graph import Graph
-from xray_tb.health import activation_step, cpu_batches, find_agreement
+from xray_tb.health import activation_step, find_agreement
 from xray_tb.health.block_writer import BlockWriter
 from xray_tb.health.families import Families
 from xray_tb.health.buffer import RowBuffer
@@ -28,6 +28,7 @@ from xray_tb.health.findings import Finding, NonFinite
 from xray_tb.health.flag_layout import FlagLayout
 from xray_tb.health.forward_origin import ForwardOrigin
 from xray_tb.health.health_steps import HealthSteps
+from xray_tb.health.held_iterations import HeldIterations
 from xray_tb.health.input_watch import InputWatch
 from xray_tb.health.options import HealthOptions, budget_for
 from xray_tb.health.pacing import Pacer
@@ -38,7 +39,7 @@ from xray_tb.health.scope import Scope
 from xray_tb.health.sentinel import NonFiniteSentinel
 from xray_tb.health.shards import ShardedHealth
 from xray_tb.health.stats import IterationView, Statistic
-from xray_tb.health.stats.base import entries, row_of, stored_all
+from xray_tb.health.stats.base import entries, row_of
 from xray_tb.health.stats.histograms import WeightHistograms
 from xray_tb.capture.hooks import TapRecorder
 from xray_tb.capture.shared_reductions import SharedReductions
@@ -47,7 +48,7 @@ from xray_tb.devices import on_host
 from xray_tb.distributed import Group
 
 
-class HealthMonitor:
+class HealthMonitor(HeldIterations):
     """One model's training health: its sentinel, statistic families, buffered rows and writer (module doc)."""
 
     def __init__(self, model: nn.Module, graph: Graph, options: HealthOptions, sink: EventSink,
@@ -133,7 +134,7 @@ class HealthMonitor:
         # A find of gradients only runs the iteration's forwards again first, also at a health step: its
         # activations are then measured from the forward that held the NaN (under DDP with gradient
         # accumulation, an earlier micro-batch's than the last one the hooks kept).
-        if self.origin is not None and self._replays(step, grads, found, searched) and self.origin.at_find(step, self._taken == step):
+        if self.origin is not None and find_agreement.replays(self._group, self._sentinel, step, grads, found, searched) and self.origin.at_find(step, self._taken == step):
             self._taken, measure = step, True
             self._recorder.clear()
         taken = activations and self._taken != step and self._health_steps.due(step)
@@ -144,20 +145,6 @@ class HealthMonitor:
             self.origin.after_check(step, found)
         if measure and max(len(self._iteration_rows), len(self._activation_rows)) >= self.options.flush_every:
             self.flush()
-
-    def _replays(self, step: int, grads: list, found: bool, searched: bool) -> bool:
-        """Whether this iteration's forwards run again to find where a NaN entered. Under DDP that runs a
-        collective, so every rank decides alike, from its all-reduced gradients (the same on every rank),
-        until the ranks agreed on a first non-finite value: a rank whose own search ended (its copy of a
-        weight held a NaN the others' did not) reads its gradients for it."""
-        if self._group is None:
-            return found
-        if self._sentinel.agreed is not None:
-            return False
-        if searched:
-            return found and self._sentinel.flags_gradients(step)
-        present = [grad for grad in stored_all(grads) if grad is not None]
-        return bool(present) and not math.isfinite(cpu_batches.total(present))
 
     def check(self, step: int, recheck: bool = False) -> None:
         """The non-finite sentinel alone, on the weights and gradients as they are now (iteration ``step``,
@@ -231,38 +218,6 @@ class HealthMonitor:
         if vectors:
             self._vectors.append((int(step), time.time(), vectors))
         recorder.clear()
-
-    # A call's iteration waits for its optimizer step (health.skipped_steps): held, then released or withdrawn.
-    def hold(self, step: int) -> None:
-        self._held = step
-        self._sentinel.hold(step)
-
-    def release(self, stepped: bool = True, reinstate: bool = False) -> None:
-        self._held = None
-        self._sentinel.release(stepped, reinstate)
-
-    def withdraw(self, step: int) -> bool:
-        self._held = None
-        if withdrawn := self._sentinel.withdraw():  # only an iteration with a non-finite gradient
-            self._iteration_rows.drop(step)
-        return withdrawn
-
-    def _drop_row(self, step: int) -> None:
-        self._iteration_rows.drop(step)
-
-    def renumber(self, delta: int) -> bool:
-        """File every iteration measured so far ``delta`` steps later, if none was written yet (the
-        steps of iterations counted before the first ``take_graphs(step)`` named one); whether it did."""
-        if self._flushed_at is not None or self._shards is not None:
-            return False
-        self._iteration_rows.shift(delta)
-        self._activation_rows.shift(delta)
-        self._sentinel.shift(delta)
-        self._writer.shift_forward_finds(delta)
-        self._held = None if self._held is None else self._held + delta
-        self._vectors = [(step + delta, wall, vectors) for step, wall, vectors in self._vectors]
-        self._last_step += delta
-        return True
 
     # Writing ------------------------------------------------------------------------------------
 
