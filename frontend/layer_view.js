@@ -136,7 +136,7 @@ export class LayerView {
     this.hint.textContent = missingKind ? `Kind '${missingKind}' is not recorded for layer '${layer}'; recorded: ${kinds.join(', ')}.`
       : visible.length ? '' : main ? 'This layer has no recorded kinds.'
       : shown.some((s) => s.info) ? `${shown[0].run} did not record ${layer}.`
-        : `${layer} is not recorded in ${shown.length > 1 ? 'these runs' : shown[0] ? shown[0].run : 'this run'}: it is not in the plan (xray.set_plan() adds it). Its training health is below.`;
+        : `${layer} is not recorded in ${shown.length > 1 ? 'these runs' : shown[0] ? shown[0].run : 'this run'}: the plan records none of its kinds (xray.set_plan() chooses them). Its training health is below.`;
     this.health.show(layer, shown, this.sectionsEl.clientWidth || document.documentElement.clientWidth - 300);
     return rebuild;
   }

@@ -189,6 +189,8 @@ def test_a_layer_health_covers_but_the_plan_does_not_opens_with_its_charts(gpt_u
     frame = open_tab(page, gpt_url, f"&p.xray.run=gpt&p.xray.view=layer&p.xray.layer={urllib.parse.quote(layer)}")
     expect(frame.locator("#xray-layer-title")).to_have_text(layer, timeout=30_000)
     expect(frame.locator(".xray-layer-view .xray-hint")).to_contain_text("is not recorded")
+    # the drafted plan lists every called module, with no kind on for this one: not "not in the plan"
+    expect(frame.locator(".xray-layer-view .xray-hint")).to_contain_text("the plan records none of its kinds")
     chart = frame.locator(f'.xray-health-chart[data-stat="grad_l2"][data-layer="{layer}"][data-axis=step]')
     expect(chart).to_have_attribute("data-step", re.compile(r"\d+"), timeout=20_000)
     assert int(chart.get_attribute("data-points")) > 0
@@ -239,6 +241,15 @@ def test_non_finite_values_take_their_own_colour(nan_url, page):
     node = frame.locator('.xray-node[data-layer="second"]').first
     expect(node).to_have_attribute("data-value", "NaN", timeout=20_000)
     assert node.locator("rect").evaluate("(r) => r.style.fill") == "rgb(255, 0, 255)"
+    # legible on magenta: the sub-line as dark as the title; a recorded layer keeps its accent outline
+    style = "(e) => getComputedStyle(e).fill"
+    assert node.locator(".xray-node-sub").evaluate(style) == node.locator(".xray-node-title").evaluate(style) == "rgb(33, 33, 33)"
+    recorded = frame.locator('.xray-node.xray-recorded[data-value="NaN"]')
+    expect(recorded.first).to_be_attached()
+    assert recorded.first.locator("rect").evaluate("(r) => getComputedStyle(r).strokeWidth") == "2.2px"
+    plain = frame.locator('.xray-node.xray-health-coloured:not(.xray-recorded)[data-value="NaN"]')
+    if plain.count():  # an unrecorded layer's outline stays thin: the two stay apart
+        assert plain.first.locator("rect").evaluate("(r) => getComputedStyle(r).strokeWidth") != "2.2px"
     badge = node.locator('.xray-finding-badge[data-rule="nonfinite"]')
     expect(badge).to_have_count(1)
     assert "first non-finite value appeared in second at step 37" in badge.locator("title").text_content()

@@ -344,6 +344,33 @@ def test_an_infinite_weight_written_between_the_call_and_the_step_is_named_at_th
         assert xray.first_nonfinite == NonFinite(step=17, layer="first", kind="weight")
 
 
+@pytest.mark.parametrize("written", ["weight", "grad"])
+def test_a_value_written_between_the_call_and_the_step_shows_in_the_statistics_at_its_own_step(tmp_path, written):
+    """Found by the check before the optimizer step, after the call's iteration was passed over by the
+    pace: that iteration is measured then, so the series show the NaN at 37 (not first at a later measured
+    step). A fixed pace of one in 10 (the automatic one thins the same way on slower-stepping models)."""
+    model = three_layers()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    with Xray(model, input_size=(16,), logdir=str(tmp_path), every=10, health=HealthOptions(every=10)) as xray:
+        for step, (x, y) in enumerate(batches(60)):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            xray.take_graphs()
+            if step == 37:
+                with torch.no_grad():
+                    (model.second.weight if written == "weight" else model.second.weight.grad)[0, 0] = math.nan
+            optimizer.step()
+        assert xray.first_nonfinite == NonFinite(step=37, layer="second", kind=written if written == "weight" else "weight_grad")
+    run = open_run(tmp_path)
+    stat = "weight_l2" if written == "weight" else "grad_l2"
+    layers, steps, values, present = run.health(stat, present=True)
+    row, at = layers.index("second"), steps.tolist().index(37)
+    assert present[row, at] and math.isnan(values[row, at])  # measured at its own step, as NaN
+    before = present[row] & (steps < 37)
+    assert before.any() and np.isfinite(values[row, before]).all()  # finite until then
+    assert 36 not in steps.tolist() and 38 not in steps.tolist()  # the pace measured one iteration in 10
+
+
 def test_the_weight_version_hooks_are_removed_at_close(tmp_path):
     from torch.optim.optimizer import _global_optimizer_post_hooks
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 class HeldIterations:
     """The monitor's holding of iterations for their optimizer step (module doc); expects the monitor's
     ``_held``, ``_sentinel``, ``_iteration_rows``, ``_activation_rows``, ``_writer``, ``_flushed_at``,
-    ``_shards``, ``_vectors`` and ``_last_step``."""
+    ``_shards``, ``_vectors``, ``_measured_at`` and ``_last_step``."""
 
     def hold(self, step: int) -> None:
         """Iteration ``step``'s row and find wait for its optimizer step."""
@@ -46,6 +46,7 @@ class HeldIterations:
         self._sentinel.shift(delta)
         self._writer.shift_forward_finds(delta)
         self._held = None if self._held is None else self._held + delta
+        self._measured_at = None if self._measured_at is None else self._measured_at + delta
         self._vectors = [(step + delta, wall, vectors) for step, wall, vectors in self._vectors]
         self._last_step += delta
         return True

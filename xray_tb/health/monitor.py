@@ -77,6 +77,7 @@ class HealthMonitor(HeldIterations):
                                    families.iteration, families.activation, families.checks, self._sentinel,
                                    earlier_findings)
         self._iterations = self._measured = 0
+        self._measured_at: Optional[int] = None  # the step of the last measured iteration
         self._held: Optional[int] = None  # an iteration waiting for its optimizer step
         self._grads_seen = False  # the last iteration had a gradient
         self._loads = LoadWatch(model)  # parameters a checkpoint replaced are found at the next iteration
@@ -153,10 +154,13 @@ class HealthMonitor(HeldIterations):
         if self._weights and not self._sentinel.done and self._shards is None:
             self._sentinel.check(step, self._weights, [weight.grad for weight in self._weights], self._biases,
                                  None if self.inputs is None else self.inputs.flags(step), recheck)
-            if self._sentinel.found_at == step and self._group is None and self.origin is not None:
-                self.origin.note_batch(step)
-                if self.origin.at_find(step, self._taken == step):  # before that optimizer moves the weights
-                    self._taken = step
+            if self._sentinel.found_at == step and self._group is None:
+                if self._measured_at != step:  # the iteration it flags shows the NaN, whatever the pace
+                    self._measure_parameters(step, self._weights, [weight.grad for weight in self._weights])
+                if self.origin is not None:
+                    self.origin.note_batch(step)
+                    if self.origin.at_find(step, self._taken == step):  # before that optimizer moves the weights
+                        self._taken = step
 
     def activations_before_capture(self, step: int, collective: bool = False) -> None:
         """A capture before its iteration (``optimizer=``): a health step's activation statistics first, for
@@ -202,6 +206,7 @@ class HealthMonitor(HeldIterations):
                     row = self._shards.combine(step, families, row, self._pacer)
             self._iteration_rows.add(step, row, self._nan)
         self._measured += 1
+        self._measured_at = step
 
     def _measure_activations(self, step: int, recorder: Optional[TapRecorder] = None) -> None:
         """The activation statistics of ``step`` from what ``recorder`` kept (the monitor's own by default)."""
