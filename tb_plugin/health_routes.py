@@ -18,6 +18,7 @@ import numpy as np
 from tensorboard import errors
 
 from tb_plugin import health_binning, health_layer_routes, health_metadata, params, responses, routes_common
+from tb_plugin.close_matches import close_matches
 from tb_plugin.health_data import HealthData, no_health
 
 def apps(reader) -> dict:
@@ -45,7 +46,9 @@ class HealthRoutes:
         if stat not in recorded:
             if not recorded:
                 raise no_health(run)
-            raise errors.NotFoundError(f"run {run!r} has no health statistic {stat!r}; recorded: {', '.join(recorded)}")
+            close = close_matches(stat, recorded, n=3)
+            hint = f"; did you mean {', '.join(map(repr, close))}? " if close else "; "
+            raise errors.NotFoundError(f"run {run!r} has no health statistic {stat!r}{hint}recorded: {', '.join(recorded)}")
         matrix = self._data.matrix(ctx, experiment_id, run, stat, tags)
         out = health_binning.binned(matrix, stat, columns)
         return {

@@ -108,6 +108,7 @@ def test_a_link_naming_an_unknown_statistic_draws_no_legend(tensorboard_url, pag
     matrix = frame.locator(f'.xray-health-matrix[data-run="{HEALTH_DEAD}"]')
     expect(matrix).to_have_attribute("data-state", "error", timeout=30_000)
     expect(matrix).to_contain_text("grad_l3")
+    expect(matrix).to_contain_text("did you mean 'grad_l1', 'grad_l2', 'grad_var'?")  # the route's close matches
     view = frame.locator("[data-view=health]")
     expect(view.locator(".xray-matrix-legend")).to_be_hidden()
     expect(view.locator(".xray-health-bar:visible")).to_have_count(0)
