@@ -50,7 +50,7 @@ export class XrayApp {
     this.biasView = new BiasView({ errors: this.errors, onBack: () => this.showGraph(), onEvaluation: (bias) => this.store.set({ bias }) });
     this.healthView = new HealthView({
       onBack: () => this.showGraph(),
-      onOpen: (layer, step) => this.openAt(layer, step),
+      onOpen: (layer, step, run, nonfinite) => this.openAt(layer, step, nonfinite), // a NaN cell: where the NaN shows
       onStats: (stats) => this.statPicker.setStats(stats),
     });
     this.findings = new FindingsList({

@@ -25,7 +25,7 @@ function cellText(v, present) {
 export class HealthView {
   /**
    * @param {{errors?: {set: Function, clear: Function}, onBack?: () => void,
-   *   onOpen?: (layer: string, step: number, run: string) => void, onStats?: (stats: string[]) => void}} deps
+   *   onOpen?: (layer: string, step: number, run: string, nonfinite: boolean) => void, onStats?: (stats: string[]) => void}} deps
    */
   constructor(deps = {}) {
     this.deps = deps;
@@ -220,7 +220,9 @@ export class HealthView {
   }
 
   open(matrix, r, j) {
-    if (this.deps.onOpen) this.deps.onOpen(matrix.layers[r], matrix.steps[j], matrix.run);
+    const i = r * matrix.steps.length + j;
+    const nonfinite = Boolean(matrix.present[i]) && !Number.isFinite(matrix.values[i]);
+    if (this.deps.onOpen) this.deps.onOpen(matrix.layers[r], matrix.steps[j], matrix.run, nonfinite);
   }
 
   /** Marks the timeline's step on every matrix. @param {number|null} step */

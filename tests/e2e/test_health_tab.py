@@ -220,6 +220,34 @@ def test_the_url_restores_the_matrix_and_binning_keeps_the_spike(tensorboard_url
     expect(frame.locator(f'[data-timeline-mark][data-step="{SPIKE_STEP}"][data-rule="exploding_gradient"]')).to_have_count(1)
 
 
+def test_a_nan_cell_opens_the_first_capture_after_it_where_the_nan_shows(tensorboard_url, page):
+    """Health measures more steps than captures: a NaN cell at a step without frames opens the first
+    capture after it (as the nonfinite finding does), a finite cell the last capture before it."""
+    frame = open_tab(page, tensorboard_url, f"&p.xray.run={HEALTH_NAN}&p.xray.view=health&p.xray.stat=weight_l2")
+    matrix = frame.locator(f'{MATRIX}[data-run="{HEALTH_NAN}"][data-stat="weight_l2"][data-state="ready"]')
+    expect(matrix).to_have_count(1, timeout=30_000)
+    h = health(tensorboard_url, HEALTH_NAN, "weight_l2", int(matrix.get_attribute("data-columns")))
+    assert not h.get("binned")
+    row, steps = h["layers"].index("second"), h["steps"]
+    nan_col = steps.index(NAN_STEP)
+    assert h["present"][row, nan_col] and math.isnan(h["values"][row, nan_col])
+    finite_col = max(j for j, s in enumerate(steps) if s < NAN_STEP and s % 10 and h["present"][row, j])
+    captures = recorded_steps(tensorboard_url, HEALTH_NAN, "second")
+    assert NAN_STEP not in captures and steps[finite_col] not in captures
+    canvas = matrix.locator("canvas")
+    box = canvas.bounding_box()
+    x0, x1 = steps[0], h["last_steps"][-1] + 1
+    for col, expected in ((finite_col, max(s for s in captures if s <= steps[finite_col])),
+                          (nan_col, min(s for s in captures if s >= NAN_STEP))):
+        page.mouse.click(box["x"] + (steps[col] + 0.5 - x0) / (x1 - x0) * box["width"], box["y"] + 14 * row + 7)
+        expect(frame.locator('[data-view="layer"]')).to_be_visible()
+        state = app_state(page)
+        assert (state["layer"], state["step"]) == ("second", expected), (steps[col], state)
+        frame.locator('[data-action="health-view"]').click()
+        expect(matrix).to_have_count(1, timeout=30_000)
+        box = canvas.bounding_box()
+
+
 def test_compared_runs_stack_on_one_step_axis_and_the_picker_changes_the_statistic(tensorboard_url, page):
     frame = open_tab(page, tensorboard_url, f"&p.xray.run={HEALTH_NAN},{HEALTH_DEAD}&p.xray.view=health")
     view = frame.locator('[data-view="health"]')
