@@ -147,6 +147,9 @@ class FrameRoutes:
                 frames.append((metadata.FrameHeader.from_json(written.blobs[0]), metadata.decode_array(written.blobs[1])))
         if not frames:
             raise errors.NotFoundError(f"{layer!r} {kind!r} of run {run!r} has no frames left; reload")
+        frames = [(header, values) for header, values in frames if values.size]  # an empty selection: nothing to draw
+        if not frames:
+            raise errors.NotFoundError(f"the frames of {layer!r} {kind!r} in run {run!r} hold no values (their selector chose none)")
         return gif.draw_gif(frames, fps)
 
 

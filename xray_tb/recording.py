@@ -165,8 +165,12 @@ class Recording:
         """Close what was registered with :meth:`on_release`, remove the hooks, close the sink (a remote
         one waits up to ``timeout`` seconds for its uploads, see :meth:`EventSink.close`). Idempotent."""
         closers, self._on_release = self._on_release, []
-        for close in closers:
-            close()
+        failure: Optional[BaseException] = None
+        for close in closers:  # each runs whatever the others did: every hook goes, the sink is closed
+            try:
+                close()
+            except BaseException as error:  # noqa: BLE001 - raised below, once everything is released
+                failure = failure or error
         for removable in (self.recorder, self._step_hook):
             if removable is not None:
                 removable.remove()
@@ -174,6 +178,8 @@ class Recording:
         if self._sink is not None:
             self._released, self._sink = self._sink, None
             self._released.close(timeout)
+        if failure is not None:
+            raise failure
 
 
 def release_on_collection(recording: Recording) -> None:

@@ -71,6 +71,11 @@ class NotASelection(Selector):
         return [0, 1]
 
 
+class ChoosesNone(Selector):
+    def select(self, tensor, info):
+        return Selection(())
+
+
 def tiny():
     torch.manual_seed(0)
     return nn.Sequential(nn.Conv2d(1, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 4 * 4, 2))
@@ -91,7 +96,8 @@ def test_bad_selector_options_are_refused_when_the_selector_is_made(make, messag
         make()  # not at a capture, where the failed frame would only be reported missing
 
 
-@pytest.mark.parametrize("selector, message", [(Broken(), r"Broken.select returned indices \[13\] outside"), (NotASelection(), "NotASelection.select must return a Selection, got list")])
+@pytest.mark.parametrize("selector, message", [(Broken(), r"Broken.select returned indices \[13\] outside"), (NotASelection(), "NotASelection.select must return a Selection, got list"),
+                                               (ChoosesNone(), r"ChoosesNone.select returned no index of the first axis of size 8; a frame needs one at least")])
 def test_bad_selectors_are_named(tmp_path, selector, message):
     plan = {"0": {"weight": True}, "3": {"weight": True, "selector": KeepAll()}}
     with Xray(tiny(), input_size=(1, 6, 6), logdir=str(tmp_path), plan=plan, selector=selector) as xray:

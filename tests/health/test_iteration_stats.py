@@ -166,6 +166,10 @@ def test_custom_statistics_and_epochs_match_numpy(tmp_path):
         xray.add_statistic("amean", lambda t: t.mean(), kinds=("activation",))
         with pytest.raises(ValueError, match="exists already"):
             xray.add_statistic("grad_l2", lambda t: 0.0, kinds=("weight",))
+        xray.add_statistic("clash", lambda t: 0.0, kinds=("weight", "weight_grad"))
+        with pytest.raises(ValueError, match=r"'clash\[weight\]' exists already"):
+            xray.add_statistic("clash", lambda t: 0.0, kinds=("activation", "weight"))
+        assert "clash[activation]" not in {c for f in xray._health.monitor.families.activation for c in f.columns}  # all or none
         with pytest.raises(ValueError, match="kinds must be some of"):
             xray.add_statistic("x", lambda t: 0.0, kinds=("bias",))
         epochs = []

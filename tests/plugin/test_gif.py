@@ -92,3 +92,21 @@ def test_mosaic_tiles_panels_with_background_between():
     grid = gif.mosaic_codes([np.zeros((2, 2)), np.ones((2, 2)), np.zeros((2, 2)), np.ones((2, 2))], scale)
     assert grid.shape == (5, 5)
     assert (grid[2, :] == grid[0, 2]).all() and grid[0, 0] == 0 and grid[0, 3] == colormaps.LUT_SIZE - 1
+
+
+def test_gif_of_frames_that_hold_no_values_is_a_json_404(tmp_path):
+    """A layer whose first axis is empty (Linear(4, 0)): its weight frames hold no values; /gif says so."""
+    import torch
+    from torch import nn
+
+    from tests.helpers.plugin_app import get, serve
+    from xray_tb import Xray
+
+    model = nn.Sequential(nn.Linear(4, 0), nn.Linear(0, 2))
+    with Xray(model, input_size=(4,), logdir=str(tmp_path / "run"), plan={"0": {"weight": True}}, health=False) as xray:
+        for step in range(2):
+            model(torch.randn(3, 4)).sum().backward()
+            xray.take_graphs(step)
+        assert xray.records() == {"0": {"weight": [0, 1]}}
+    status, body = get(serve(tmp_path), "/gif", run="run", layer="0", kind="weight")
+    assert status == 404 and "hold no values" in body["error"], body

@@ -221,10 +221,14 @@ class TopVariance(ScoredRows):
 
 
 def check_selection(selection: object, selector: Selector, size: int) -> Sequence[int]:
-    """The indices of ``selection``, or a ValueError naming the selector when it is malformed."""
+    """The indices of ``selection``, or a ValueError naming the selector when it is malformed (or
+    empty where the first axis is not: a frame of no values)."""
     name = type(selector).__name__
     if not isinstance(selection, Selection):
         raise ValueError(f"{name}.select must return a Selection, got {type(selection).__name__}")
+    if size and not selection.indices:
+        raise ValueError(f"{name}.select returned no index of the first axis of size {size}; a frame needs one at "
+                         f"least (Selection(tuple(range({size}))) keeps them all; leave the kind out of the plan to record none)")
     if set(map(type, selection.indices)) <= {int}:  # the common case, checked without a Python loop
         if selection.indices and (min(selection.indices) < 0 or max(selection.indices) >= size):
             bad = [i for i in selection.indices if not 0 <= i < size]

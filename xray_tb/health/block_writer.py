@@ -11,6 +11,7 @@ It also keeps the per-epoch moments written by :meth:`BlockWriter.end_epoch`.
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Optional
 
 import numpy as np
@@ -57,6 +58,7 @@ class BlockWriter:
         self._checks = checks
         self._sentinel = sentinel
         self._book = FindingBook()
+        self._failed_rules: set[str] = set()  # rules that raised (warned once each)
         self._prune_plan = model_scalars.PrunePlan()
         self._epochs = EpochAccumulator()
         self._epoch = 0
@@ -158,5 +160,19 @@ class BlockWriter:
             nonfinite_inputs=frozenset(self.nonfinite_inputs | self._sentinel.input_finds.keys()),
         )
         for rule in self._rules:
-            for hit in rule.check(block):
-                self._book.add(rule.name, hit, rule.message(hit))
+            try:
+                hits = [(hit, rule.message(hit)) for hit in rule.check(block)]
+            except Exception as error:  # noqa: BLE001 - a failing rule costs its own findings, not the block
+                self._rule_failed(rule, error)
+                continue
+            for hit, message in hits:
+                self._book.add(rule.name, hit, message)
+
+    def _rule_failed(self, rule: Rule, error: Exception) -> None:
+        """A rule raised on a block: its findings there are skipped (warned once per rule); the block's
+        statistics and the other rules' findings are written all the same."""
+        if rule.name not in self._failed_rules:
+            self._failed_rules.add(rule.name)
+            warnings.warn(f"the finding rule {rule.name!r} failed ({type(error).__name__}: {error}); its findings are "
+                          "skipped where it fails, and the statistics and the other rules' findings are written. Switch it "
+                          f"off with HealthOptions(rules={{{rule.name!r}: False}})", stacklevel=2)

@@ -31,8 +31,15 @@ class Families:
 
     def add(self, family: Statistic) -> None:
         """Measure ``family`` too; refused when one of its columns has the name of a statistic already measured."""
-        names = {column for known in (*self.iteration, *self.activation) for column in known.columns}
-        for column in family.columns:
-            if column in names or column in health_metadata.BUILTIN_STATS:
-                raise ValueError(f"a statistic named {column!r} exists already; choose another name")
+        self.check_names([family])
         (self.iteration if isinstance(family, IterationStatistic) else self.activation).append(family)
+
+    def check_names(self, families: list[Statistic]) -> None:
+        """Refuse ``families`` (before any is added) when a column of one has the name of a statistic
+        measured already or of another of them."""
+        names = {column for known in (*self.iteration, *self.activation) for column in known.columns}
+        for family in families:
+            for column in family.columns:
+                if column in names or column in health_metadata.BUILTIN_STATS:
+                    raise ValueError(f"a statistic named {column!r} exists already; choose another name")
+                names.add(column)

@@ -222,14 +222,17 @@ class TrainingHealth:
         unknown = [kind for kind in kinds if kind not in CUSTOM_KINDS]
         if not kinds or unknown:
             raise ValueError(f"add_statistic kinds must be some of {', '.join(CUSTOM_KINDS)}; got {kinds!r}")
+        families = []
         for kind in dict.fromkeys(kinds):
             stat = name if len(kinds) == 1 else f"{name}[{kind}]"
             if not health_metadata.STAT_NAME.fullmatch(stat):
                 raise ValueError(f"statistic name {stat!r} is too long")
             if kind == "activation":
-                family = CustomActivationStatistic([layer.name for layer in monitor.scope.activations], stat, fn)
+                families.append(CustomActivationStatistic([layer.name for layer in monitor.scope.activations], stat, fn))
             else:
-                family = CustomParameterStatistic([layer.name for layer in monitor.scope.weighted], stat, fn, kind)
+                families.append(CustomParameterStatistic([layer.name for layer in monitor.scope.weighted], stat, fn, kind))
+        monitor.families.check_names(families)  # all or none: a refused name adds none of the kinds
+        for family in families:
             monitor.add_family(family)
 
     def end_epoch(self) -> dict[str, dict[str, tuple[float, float]]]:
