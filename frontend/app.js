@@ -63,6 +63,7 @@ export class XrayApp {
     });
     this.statPicker = new StatPicker((stat) => { this.store.set({ stat }); this.render(); });
     this.followEnd = true;
+    this.parkedAt = /** @type {number|null} */ (null); // a step parked on that the run lost (setTimeline)
     this.keep = null;
     this.loading = false;
     this.seq = 0;
@@ -192,17 +193,19 @@ export class XrayApp {
     }
     this.setTimeline(steps);
     this.graph.health.set(main, s.stat, this.timeline.step, this.data.layers.get(main)); // health colours of the graph (graph_health.js)
+    if (view !== 'bias') this.timeline.setWallTime(null); // the layer view sets its frame's below (a cached one at once)
     if (view === 'layer') this.layerView.showStep(this.timeline.step, false);
     if (view === 'health') this.healthView.showStep(this.timeline.step);
     if (view === 'bias') this.biasView.showStep(this.timeline.step);
-    else this.timeline.setWallTime(null);
     await Promise.all([graphReady, healthReady]);
   }
 
   /** @param {number[]} steps */
   setTimeline(steps) {
-    const keep = this.keep || { step: this.store.state.step, atEnd: this.followEnd };
+    const parked = this.parkedAt !== null && this.parkedAt !== undefined ? this.parkedAt : this.store.state.step;
+    const keep = this.keep || { step: parked, atEnd: this.followEnd };
     this.keep = null;
+    this.parkedAt = null;
     let index = steps.length - 1;
     if (keep.opened !== undefined && steps.length) {
       const found = findingStep(steps, keep.step, keep.opened);
@@ -210,15 +213,18 @@ export class XrayApp {
       if (found.note) this.errors.note('step', found.note);
     } else if (!keep.atEnd && keep.step !== null && keep.step !== undefined) {
       index = Math.max(0, indexAtOrBefore(steps, keep.step));
+      // parked on a step the run lost (resumed from an earlier one): the last step, not following, until it is back
+      if (steps.length && index === steps.length - 1 && keep.step > steps[index]) this.parkedAt = keep.step;
     }
     this.timeline.setSteps(steps, index);
-    this.followEnd = index >= steps.length - 1;
+    this.followEnd = this.parkedAt === null && index >= steps.length - 1;
     this.store.set({ step: this.timeline.step });
   }
 
   /** @param {boolean} dragging */
   onStep(dragging) {
     this.errors.clear('step');
+    this.parkedAt = null; // the user moved: their step now
     const steps = this.timeline.steps;
     this.followEnd = this.timeline.index >= steps.length - 1;
     this.store.set({ step: this.timeline.step });

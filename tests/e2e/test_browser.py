@@ -410,6 +410,38 @@ def test_rewritten_run_is_fetched_again(tensorboard_url, xray_logdir, page):
     expect(frame.locator("#xray-error")).to_be_hidden()
 
 
+def test_a_step_parked_on_that_a_resumed_run_lost_is_shown_again_once_recorded_again(tensorboard_url, xray_logdir, page):
+    """Parked back from the end, the run resumed into its folder from an earlier step (TensorBoard's default
+    loader then drops the later steps): the timeline shows the last step left without following the end,
+    and goes back to the parked step once the resumed run records it again."""
+    import warnings
+
+    steps = layer_steps(tensorboard_url, REWRITE, "conv1")
+    frame = open_xray_tab(page, tensorboard_url)
+    show_layer(frame, REWRITE, "conv1")
+    wait_frames_settled(frame)
+    kinds = len(heatmap_stats(frame))
+    step_by_key(page, frame, "ArrowLeft", steps[-2], kinds)  # parked: not following the end
+
+    def resume(upto: list[int]) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "already holds Xray captures": a resumed run, on purpose
+            run_id = record_small(xray_logdir / REWRITE, seed=5, steps=tuple(upto))
+        deadline = time.monotonic() + 30
+        while layer_steps(tensorboard_url, REWRITE, "conv1") != list(upto):
+            assert time.monotonic() < deadline, (upto, layer_steps(tensorboard_url, REWRITE, "conv1"))
+            time.sleep(0.25)
+        wait_until_served(tensorboard_url, REWRITE, run_id, upto[-1:])
+        page.locator("button.reload-button").click()
+
+    resume(steps[:1])
+    expect(frame.locator("#xray-step-label")).to_have_text(f"step {steps[0]}", timeout=15_000)
+    assert frame.locator("body").evaluate("() => window.xrayApp.followEnd") is False
+    resume(list(steps))
+    expect(frame.locator("#xray-step-label")).to_have_text(f"step {steps[-2]}", timeout=15_000)  # back, not at the end
+    assert frame.locator("body").evaluate("() => window.xrayApp.followEnd") is False
+
+
 def test_tensorboard_reload_refreshes_the_run_list(tensorboard_url, xray_logdir, page):
     """TensorBoard's reload button reaches the iframe (postMessage "experimental.DataReloaded") and the
     run list picks up a new run long before the 30 s poll would. Runs last: it adds a run."""

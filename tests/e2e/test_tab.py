@@ -385,3 +385,10 @@ def test_7_live_run_shows_a_new_capture_after_reload(url, page, live):
     assert {p["step"] for p in panels(frame)} == {"20"}
     assert frame.locator("body").evaluate("() => window.xrayMarker") == "kept"  # no page reload
     expect(frame.locator("#xray-layer-title")).to_have_text("stem")
+    wall = frame.locator("#xray-wall-time")
+    expect(wall).not_to_have_text("")
+    shown = wall.text_content()
+    page.locator("button.reload-button").click()  # a reload that brings nothing new keeps the frame's wall time
+    settled(frame)
+    page.wait_for_timeout(500)
+    expect(wall).to_have_text(shown)
