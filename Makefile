@@ -25,12 +25,15 @@ browser:
 # Two runs worth comparing (a sane learning rate and a too-high one, 45 captures each) and the
 # planted-bias study (two models, Attention-IoU after every epoch: the tab's Bias view).
 demo: install
+	@$(PY) -c "import socket, sys; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); \
+		ok = s.connect_ex(('$(HOST)', $(PORT))) != 0; s.close(); \
+		ok or sys.exit('port $(PORT) on $(HOST) is in use (another make demo, or TensorBoard, serves there): stop it, or run make demo PORT=6007. Nothing was retrained.')"
 	rm -rf runs/digits runs/digits_lr0.05 runs/digits_lr0.6 runs/bias
 	$(PY) examples/digits.py --logdir runs/digits_lr0.05 --lr 0.05 --epochs 4 --captures 45
 	$(PY) examples/digits.py --logdir runs/digits_lr0.6 --lr 0.6 --epochs 4 --captures 45
 	$(PY) examples/bias.py --logdir runs/bias
 	@echo ""
-	@echo "Xray tab, the lr=0.6 run's findings and health matrix next to the lr=0.05 run: http://$(HOST):$(PORT)/#xray&p.xray.run=digits_lr0.6,digits_lr0.05&p.xray.view=health&p.xray.stat=dead_fraction   (Ctrl+C stops TensorBoard)"
+	@echo "Xray tab, the lr=0.6 run's health matrix and findings next to the lr=0.05 run's: http://$(HOST):$(PORT)/#xray&p.xray.run=digits_lr0.6,digits_lr0.05&p.xray.view=health&p.xray.stat=dead_fraction   (Ctrl+C stops TensorBoard)"
 	$(VENV)/bin/tensorboard --logdir runs --host $(HOST) --port $(PORT)
 
 test: install browser
