@@ -47,7 +47,7 @@ export class XrayApp {
       onStale: () => this.staleRefresh(),
       onWallTime: (t) => this.timeline.setWallTime(t),
     });
-    this.biasView = new BiasView({ errors: this.errors, onBack: () => this.showGraph(), onEvaluation: (bias) => this.store.set({ bias }) });
+    this.biasView = new BiasView({ errors: this.errors, onBack: () => this.showGraph(), onEvaluation: (bias) => { this.store.set({ bias }); return this.render(); } });
     this.healthView = new HealthView({
       onBack: () => this.showGraph(),
       onOpen: (layer, step, run, nonfinite) => this.openAt(layer, step, nonfinite), // a NaN cell: where the NaN shows

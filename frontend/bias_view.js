@@ -25,7 +25,7 @@ const NO_EVALUATION = 'No bias evaluation in the shown runs yet: call '
 export class BiasView {
   /**
    * @param {{errors?: {set: Function, clear: Function}, onBack?: () => void,
-   *   onEvaluation?: (name: string) => void, api?: BiasApi}} [deps]
+   *   onEvaluation?: (name: string) => (void|Promise<void>), api?: BiasApi}} [deps]
    */
   constructor(deps = {}) {
     this.errors = deps.errors || null;
@@ -131,11 +131,12 @@ export class BiasView {
   /** @param {string} name */
   async chooseEvaluation(name) {
     this.evaluation = name;
-    if (this.onEvaluation) this.onEvaluation(name);
     await Promise.all(this.runs.map((run) => this.loadSeries(run)));
     this.signature = null;
     this.buildColumns();
-    await this.showStep(this.step);
+    // the app sets the timeline to this evaluation's steps (another evaluation may run at other steps)
+    if (this.onEvaluation) await this.onEvaluation(name);
+    else await this.showStep(this.step);
   }
 
   /** @param {string} run @returns {Promise<boolean>} Whether the run answered. */

@@ -82,10 +82,16 @@ class BiasRoutes:
             parts = tags[name]
             if "result" not in parts:
                 continue
-            evaluations.append(
-                {"name": name, "steps": steps[parts["result"]], "example_steps": steps.get(parts.get("examples"), [])}
-            )
+            example_steps = self._current_example_steps(ctx, experiment_id, run, parts) if "examples" in parts else []
+            evaluations.append({"name": name, "steps": steps[parts["result"]], "example_steps": example_steps})
         return {"run": run, "evaluations": evaluations}
+
+    def _current_example_steps(self, ctx, experiment_id: str, run: str, parts: dict) -> list[int]:
+        """The steps whose examples were written with the step's last result (one event holds both): a
+        step written again without examples has none (no blob is read, only the points' wall times)."""
+        results = {p.step: p.wall_time for p in self._series.last_points(ctx, experiment_id, run, parts["result"])}
+        return [p.step for p in self._series.last_points(ctx, experiment_id, run, parts["examples"])
+                if p.step in results and p.wall_time >= results[p.step]]
 
     def result_impl(self, ctx, experiment_id: str, run: str, evaluation: str, step: int) -> dict[str, Any]:
         """The result document of one evaluation at one step, with its step and wall time."""
@@ -130,6 +136,11 @@ class BiasRoutes:
         """The example images of one evaluation at one step, with their maps (float32, [0, 1])."""
         tag = self._tag(ctx, experiment_id, run, evaluation, "examples")
         written = self._written(ctx, experiment_id, run, evaluation, tag, step)
+        result_tag = self._tag(ctx, experiment_id, run, evaluation, "result")
+        result = next((p for p in self._series.last_points(ctx, experiment_id, run, result_tag) if p.step == step), None)
+        if result is not None and written.wall_time < result.wall_time:  # the step's last write had no examples
+            raise errors.NotFoundError(f"bias evaluation {evaluation!r} of run {run!r} was written again at step {step} "
+                                       "without examples (examples=0): its earlier examples are replaced")
         header, images, maps = bias_metadata.decode_examples(written.blobs)
         labels, subgroups, indices = header.get("labels", []), header.get("subgroups", []), header.get("indices", [])
         examples = []

@@ -390,3 +390,17 @@ class ResNet50(nn.Module):
     @staticmethod
     def example_input() -> torch.Tensor:
         return torch.randn(1, 3, 224, 224)
+
+
+class TiedLanguageModel(nn.Module):
+    """An embedding, a block, and a head whose weight is the embedding's (tied)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 8)
+        self.block = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 20, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, tokens):
+        return self.head(torch.tanh(self.block(self.emb(tokens))))

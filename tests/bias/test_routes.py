@@ -28,8 +28,9 @@ PREFIX = "/data/plugin/xray"
 EVALUATION = "shape vs patch"
 
 
-def record(run_dir, seed: int) -> dict[int, bias.BiasReport]:
-    """An untrained TinyCNN evaluated at steps 0 and 5; step 5 written twice (the second write wins)."""
+def record(run_dir, seed: int, again_without_examples: bool = False) -> dict[int, bias.BiasReport]:
+    """An untrained TinyCNN evaluated at steps 0 and 5; step 5 written twice (the second write wins);
+    ``again_without_examples``: step 9 too, with examples, then again without (its examples are gone)."""
     data = planted_images(48, 0.5, seed=seed)
     torch.manual_seed(seed)
     model = TinyCNN()
@@ -41,13 +42,16 @@ def record(run_dir, seed: int) -> dict[int, bias.BiasReport]:
         kept[0] = xray.attention_iou(batches(*data, size=16), step=0, **options)
         xray.attention_iou(batches(*data, size=16), step=5, max_batches=1, examples=2, **options)
         kept[5] = xray.attention_iou(batches(*data, size=16), step=5, examples=3, **options)
+        if again_without_examples:
+            xray.attention_iou(batches(*data, size=16), step=9, examples=2, **options)
+            kept[9] = xray.attention_iou(batches(*data, size=16), step=9, max_batches=1, examples=0, **options)
     return kept
 
 
 @pytest.fixture(scope="module")
 def logdir(tmp_path_factory):
     root = tmp_path_factory.mktemp("bias_logdir")
-    reports = {"biased": record(root / "biased", 0), "fair": record(root / "fair", 1)}
+    reports = {"biased": record(root / "biased", 0, again_without_examples=True), "fair": record(root / "fair", 1)}
     model = TinyCNN()
     with Xray(model, input_size=(3, 32, 32), logdir=str(root / "plain"), plan=["features.0"]) as xray:  # no evaluation
         model(torch.rand(2, 3, 32, 32)).sum().backward()
@@ -105,7 +109,10 @@ def strict_json(body: bytes):
 def check_routes(get, reports):
     status, body = get("/bias/evaluations", run="biased")
     assert status == 200
-    assert body == {"run": "biased", "evaluations": [{"name": EVALUATION, "steps": [0, 5], "example_steps": [0, 5]}]}
+    assert body == {"run": "biased", "evaluations": [{"name": EVALUATION, "steps": [0, 5, 9], "example_steps": [0, 5]}]}
+    status, body = get("/bias/examples", run="biased", evaluation=EVALUATION, step=9)  # written again without examples
+    assert status == 404 and "written again at step 9 without examples" in body["error"], body
+    assert reports["biased"][9].examples is None
     assert get("/bias/evaluations", run="plain") == (200, {"run": "plain", "evaluations": []})
 
     for run in ("biased", "fair"):

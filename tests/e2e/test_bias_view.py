@@ -160,3 +160,40 @@ def test_the_sidebar_opens_the_bias_view(url, page):
     frame.locator('[data-view="bias"] [data-action="back-to-graph"]').click()
     expect(frame.locator('[data-view="bias"]')).to_be_hidden()
     assert page.xray_errors == []
+
+
+@pytest.fixture(scope="module")
+def two_evaluations_url(tmp_path_factory):
+    """One run with two evaluations at different steps: "early" at 5, "late" at 100 (an untrained CNN
+    on random images and masks: the view's steps, not its numbers, are under test)."""
+    import torch
+    from torch import nn
+
+    from xray_tb import Xray
+
+    root = tmp_path_factory.mktemp("bias_two_logdir")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2))
+    g = torch.Generator().manual_seed(0)
+    images = torch.randn(16, 3, 12, 12, generator=g)
+    labels = torch.stack([torch.arange(16) % 2, torch.arange(16) // 2 % 2], 1).float()
+    masks = torch.zeros(16, 1, 12, 12)
+    masks[:, :, :4, :4] = 1
+    with Xray(model, images[:1], logdir=str(root / "two"), health=False) as xray:
+        xray.attention_iou([(images, labels, masks)], target=0, protected=1, masks=["patch"], name="early", step=5)
+        xray.attention_iou([(images, labels, masks)], target=0, protected=1, masks=["patch"], name="late", step=100)
+    with tensorboard(sys.executable, root, cwd=tmp_path_factory.mktemp("tb_bias_two")) as base:
+        yield base
+
+
+def test_choosing_another_evaluation_moves_the_timeline_to_its_steps(two_evaluations_url, page):
+    frame = open_tab(page, two_evaluations_url, "&p.xray.run=two&p.xray.view=bias&p.xray.bias=early")
+    wait_for_step(frame, "two", 5)
+    frame.locator("select[data-action=bias-evaluation]").select_option("late")
+    # at once, not at the tab's next 30 s poll; not "not evaluated yet at step 5"
+    expect(frame.locator('.xray-bias-run[data-run="two"]')).to_have_attribute("data-step", "100", timeout=10_000)
+    expect(frame.locator("#xray-step-label")).to_have_text("step 100", timeout=5_000)
+    page.wait_for_function("() => location.href.includes('p.xray.bias=late')", timeout=10_000)
+    frame.locator("select[data-action=bias-evaluation]").select_option("early")
+    expect(frame.locator('.xray-bias-run[data-run="two"]')).to_have_attribute("data-step", "5", timeout=10_000)
+    assert page.xray_errors == []

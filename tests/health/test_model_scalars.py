@@ -16,6 +16,7 @@ from xray_tb import Xray, open_run
 from xray_tb.health import HealthOptions
 
 from tests.health.helpers import batches, scalars
+from tests import models
 
 
 def _model() -> nn.Sequential:
@@ -78,23 +79,11 @@ def test_layer_scalars_must_be_a_bool(tmp_path):
         Xray(_model(), input_size=(16,), logdir=str(tmp_path), layer_scalars="yes")
 
 
-class TiedLanguageModel(nn.Module):
-    """An embedding, a block, and a head whose weight is the embedding's (tied)."""
-
-    def __init__(self):
-        super().__init__()
-        self.emb = nn.Embedding(20, 8)
-        self.block = nn.Linear(8, 8)
-        self.head = nn.Linear(8, 20, bias=False)
-        self.head.weight = self.emb.weight
-
-    def forward(self, tokens):
-        return self.head(torch.tanh(self.block(self.emb(tokens))))
 
 
 def test_a_tied_weight_counts_once_in_the_global_gradient_norm(tmp_path):
     torch.manual_seed(0)
-    model = TiedLanguageModel()
+    model = models.TiedLanguageModel()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     norms = {}
     weights = [model.emb.weight, model.block.weight]  # each weight once: the head's is the embedding's

@@ -582,6 +582,17 @@ def test_summary_table_lists_nodes_in_order_with_totals() -> None:
     assert "Nodes: 14 (1 input, 12 module calls, 0 functions, 1 output)" in lines
 
 
+def test_summary_table_counts_a_tied_weight_once() -> None:
+    model = models.TiedLanguageModel()
+    arch = trace(model, (torch.randint(0, 20, (2, 5)),))
+    lines = summary_table(arch).splitlines()
+    assert f"Total params (called modules): {sum(p.numel() for p in model.parameters()):,}" in lines  # 232, not 392
+    out = next(node for node in arch["nodes"] if node.get("module") == "head")
+    assert out["params"] == 160 and out["params_shared"] == 160
+    assert "params_shared" not in next(node for node in arch["nodes"] if node.get("module") == "emb")
+    assert any(line.startswith("head ") and "160 (160 tied)" in line for line in lines)
+
+
 def test_summary_table_indents_groups_and_shows_ops() -> None:
     _, arch = _traced(models.FunctionalNet)
     lines = summary_table(arch).splitlines()

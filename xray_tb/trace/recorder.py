@@ -71,6 +71,7 @@ class TraceRecorder:
         self._calls: dict[str, int] = {}
         self._op_counts: dict[str, int] = {}
         self._params: dict[int, int] = {}
+        self._counted: set[int] = set()  # the parameters of the modules called so far (tied ones counted once)
         # (leaf call node, [(output tensor, its version counter when the call returned)])
         self._returned: list[tuple[dict, list[tuple[torch.Tensor, int | None]]]] = []
         self.mode: TorchFunctionMode | None = None  # the recording mode, paused inside leaf calls
@@ -204,6 +205,19 @@ class TraceRecorder:
             count = self._params[id(module)] = sum(p.numel() for p in params if p is not None)
         return count
 
+    def _note_shared(self, node: dict, module: nn.Module) -> None:
+        """``params_shared`` on a first call whose module holds parameters a module called before holds
+        too (tied weights: an embedding and the output layer), so totals count each parameter once."""
+        shared = 0
+        for param in (dict.fromkeys(module._parameters.values()) if not module._modules else module.parameters()):
+            if param is not None:
+                if id(param) in self._counted:
+                    shared += param.numel()
+                else:
+                    self._counted.add(id(param))
+        if shared:
+            node["params_shared"] = shared
+
     def exit_module(self, outputs: list[torch.Tensor], inputs: list[tuple[torch.Tensor, Any]] = ()) -> None:
         """Pop a frame; a leaf call's node gets its outputs, and the ``grad_fn`` of each of its ``inputs``
         (tensor, ``grad_fn`` at the call) that it wrote in place."""
@@ -216,6 +230,8 @@ class TraceRecorder:
             module = self.modules[node["module"]]
             node["type"] = sharding.type_name(module)  # a lazy module's class changes when it materialises
             node["params"] = self._param_count(module)
+            if node["call"] == 0 and node["params"]:
+                self._note_shared(node, module)
             self._finish(node["id"], outputs)
             self._returned.append((node, [(t, _version(t)) for t in outputs]))
 

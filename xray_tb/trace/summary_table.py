@@ -71,6 +71,8 @@ def _node_row(node: dict, depth: int) -> tuple[str, str, str, str]:
         if node["call"]:
             name += f" (call {node['call']})"
         params = "(reused)" if node["call"] else (f"{node['params']:,}" if node["params"] else _NONE)
+        if node.get("params_shared"):
+            params += f" ({node['params_shared']:,} tied)"
         return _indent(depth) + name, node["type"], shapes, params
     if kind == "function":
         name = node["id"].split(":", 1)[1]
@@ -92,7 +94,7 @@ def _indent(depth: int) -> str:
 def _totals(architecture: dict) -> list[str]:
     """Footer lines: parameters of the called modules, node counts by kind, edge count."""
     nodes = architecture["nodes"]
-    params = sum(node["params"] for node in nodes if node["kind"] == "module" and node["call"] == 0)
+    params = sum(node["params"] - node.get("params_shared", 0) for node in nodes if node["kind"] == "module" and node["call"] == 0)
     counts = {kind: sum(node["kind"] == kind for node in nodes) for kind in ("input", "module", "function", "output")}
     return [
         f"Total params (called modules): {params:,}",

@@ -27,7 +27,8 @@ Schema
 - Module-call nodes add ``module`` (its name), ``type`` (class name), ``call`` (0, 1, ...: the
   n-th call of that module in this forward), ``params`` (parameter count of the module,
   recursively; type and count are taken when the call returns, so a lazy module has its
-  materialised class, ``Linear`` for ``LazyLinear``, and parameters), for modules with a
+  materialised class, ``Linear`` for ``LazyLinear``, and parameters; ``params_shared``, only
+  where non-zero: how many of them a module called before holds too, tied weights), for modules with a
   boolean ``inplace`` attribute, ``inplace``, and
   ``mutated_after: true`` (absent otherwise) when one of the call's output tensors was written
   in place after the call returned, before the forward ended: by an in-place op or module on it
