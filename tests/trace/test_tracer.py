@@ -237,6 +237,45 @@ def test_inplace_relu_module_follows_conv() -> None:
     assert arch["autograd"]["by_node"]["module:relu:0"] == "ReluBackward0"
 
 
+class _PassThroughs(nn.Module):
+    """Calls that hand back their input untouched: an Identity shortcut called first, an eval-mode
+    Dropout, an Identity on a tensor used again, and no-op tensor methods."""
+
+    def __init__(self):
+        super().__init__()
+        self.shortcut, self.idt, self.drop = nn.Identity(), nn.Identity(), nn.Dropout(0.5)
+        self.f, self.a, self.b, self.c = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        sc = self.shortcut(x)
+        h = self.f(x) + sc                      # f reads x, the add reads the shortcut
+        h = h + self.idt(h)                     # the add reads h and the Identity
+        d = self.drop(h)
+        y = self.a(h) * self.b(d)               # a reads h, b the Dropout
+        z = h.contiguous().float()
+        y = y + self.c(z) + self.a(h)           # c reads float(contiguous(h)); a (again) reads h
+        return self.relu(y)                     # in place: still the producer of what it wrote
+
+
+def test_a_call_that_returns_its_input_untouched_takes_over_no_edge() -> None:
+    model = _PassThroughs().eval()
+    x = torch.randn(2, 4)
+    expected = model(x)
+    arch = trace(model, (x,))
+    edges = {(e["src"], e["dst"]) for e in arch["edges"]}
+    assert ("input:0", "module:f:0") in edges and ("module:shortcut:0", "function:add:0") in edges
+    assert ("module:shortcut:0", "module:f:0") not in edges
+    assert {("function:add:0", "function:add:1"), ("module:idt:0", "function:add:1")} <= edges
+    assert ("function:add:1", "module:a:0") in edges and ("module:drop:0", "module:b:0") in edges
+    assert ("module:drop:0", "module:a:0") not in edges
+    assert [("function:add:1", "function:contiguous:0"), ("function:contiguous:0", "function:float:0"),
+            ("function:float:0", "module:c:0")] == [e for e in sorted(edges) if "contiguous" in "".join(e) or e[1] == "module:c:0"]
+    assert ("function:add:1", "module:a:1") in edges and ("function:float:0", "module:a:1") not in edges
+    assert _sources(arch, "output:0") == ["module:relu:0"]
+    assert torch.equal(model(x), expected)  # the views were the tracing forward's only
+
+
 def test_inplace_tensor_ops_rewire_the_tensor() -> None:
     _, arch = _traced(models.InplaceOps)
     assert _ids(arch) == [

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
@@ -36,7 +36,7 @@ def _is_leaf(module: nn.Module) -> bool:
     return not children or (len(children) == 1 and "parametrizations" in children)
 
 
-def _version(tensor: torch.Tensor) -> int | None:
+def version_of(tensor: torch.Tensor) -> int | None:
     """The tensor's version counter (shared with its views); None where it has none (inference tensors)."""
     try:
         return tensor._version
@@ -88,10 +88,10 @@ class TraceRecorder:
         paused = depth > 0 and torch._C._get_function_stack_at(depth - 1) is self.mode
         if paused:
             torch._C._pop_torch_function_stack()
-        self._paused.append((paused, [(t, t.grad_fn) for t in inputs]))
+        self._paused.append((paused, [(t, t.grad_fn, version_of(t)) for t in inputs]))
 
-    def resume_mode(self) -> list[tuple[torch.Tensor, Any]]:
-        """Put the mode back as the leaf call returns; its inputs with their ``grad_fn`` at the call."""
+    def resume_mode(self) -> list[tuple[torch.Tensor, Any, Optional[int]]]:
+        """Put the mode back as the leaf call returns; its inputs with their ``grad_fn`` and version at the call."""
         paused, inputs = self._paused.pop()
         if paused:
             torch._C._push_on_torch_function_stack(self.mode)
@@ -218,12 +218,12 @@ class TraceRecorder:
         if shared:
             node["params_shared"] = shared
 
-    def exit_module(self, outputs: list[torch.Tensor], inputs: list[tuple[torch.Tensor, Any]] = ()) -> None:
+    def exit_module(self, outputs: list[torch.Tensor], inputs: list[tuple[torch.Tensor, Any, Optional[int]]] = ()) -> None:
         """Pop a frame; a leaf call's node gets its outputs, and the ``grad_fn`` of each of its ``inputs``
-        (tensor, ``grad_fn`` at the call) that it wrote in place."""
+        (tensor, ``grad_fn`` and version at the call) that it wrote in place."""
         kind, _, node = self.stack.pop()
         if kind == LEAF:
-            for tensor, grad_fn in inputs:
+            for tensor, grad_fn, _ in inputs:
                 if tensor.grad_fn is not grad_fn:  # x.add_(1) inside the call: its autograd node is the call's
                     self.own_grad_fns([tensor], node["id"])
             node["out_shapes"] = [_shape(t) for t in outputs]
@@ -233,7 +233,7 @@ class TraceRecorder:
             if node["call"] == 0 and node["params"]:
                 self._note_shared(node, module)
             self._finish(node["id"], outputs)
-            self._returned.append((node, [(t, _version(t)) for t in outputs]))
+            self._returned.append((node, [(t, version_of(t)) for t in outputs]))
 
     def mark_outputs_written_later(self) -> None:
         """Flag ``mutated_after`` on each leaf call whose output was written in place after it returned.
@@ -242,7 +242,7 @@ class TraceRecorder:
         ``y.view(...)[...]`` or ``y.unsqueeze(0)``, inside later module calls too, all count.
         """
         for node, returned in self._returned:
-            if any(version is not None and _version(t) != version for t, version in returned):
+            if any(version is not None and version_of(t) != version for t, version in returned):
                 node["mutated_after"] = True
 
     def _finish(self, node_id: str, outputs: list[torch.Tensor]) -> None:
@@ -253,6 +253,21 @@ class TraceRecorder:
         self._produce(outputs, node_id)
 
     # -- function ops
+
+    def passed_through(self, func: Callable, tensor: torch.Tensor) -> torch.Tensor:
+        """An op outside every leaf that returned its own input (``x.contiguous()``, ``x.float()`` of a
+        float ``x``): a view of it, for the tracing forward only, so the op's node produces a tensor of
+        its own and the input's other consumers keep their edge; an in-place op (``x.add_(y)``, which
+        wrote it) stays the producer of its input, and any op that is no node returns it as it is."""
+        op, inplace = op_name(func)
+        if op is None or inplace or op == "setitem" or tensor.layout != torch.strided:
+            return tensor
+        self.busy = True
+        try:
+            with torch._C.DisableTorchFunction():
+                return tensor.view_as(tensor)
+        finally:
+            self.busy = False
 
     def add_function(self, func: Callable, args: tuple, kwargs: dict, result: Any) -> None:
         """Record an op called outside every leaf, if it is a node (see module doc)."""

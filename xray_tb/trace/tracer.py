@@ -59,7 +59,10 @@ following tensors: ``a + b`` has two incoming edges (one if ``a is b``), an op o
 input has an edge from its ``input`` node, each ``output`` node has an edge from the producer
 of its tensor (none if the model returns a tensor that no traced node produced). An in-place
 op or module (``relu_``, ``nn.ReLU(inplace=True)``) becomes the producer of the tensor it
-modified, so later consumers link to it, not to the node before it.
+modified, so later consumers link to it, not to the node before it. A call that returns its
+input untouched (``nn.Identity``, ``Dropout`` in eval mode, ``x.contiguous()`` of a contiguous
+``x``) returns a view of it in the tracing forward, so it produces a tensor of its own and the
+input's other consumers keep their edge from where it came.
 
 ``groups``: list, in order of first entry, of ``{"module", "type", "parent"}`` for every
 container entered during the forward. Containers are groups, never nodes; the root model is
@@ -135,7 +138,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch import nn
@@ -144,7 +147,7 @@ from torch.overrides import TorchFunctionMode
 from xray_tb.module_hooks import ModuleHooks
 from xray_tb.trace.flatten import tensors_in
 from xray_tb.trace.op_names import release_stubs
-from xray_tb.trace.recorder import LEAF, TraceRecorder
+from xray_tb.trace.recorder import LEAF, TraceRecorder, version_of
 from xray_tb.trace.state import preserved, without_cyclic_gc
 
 _no_torch_function = torch._C.DisableTorchFunction  # no torch-function mode or subclass handling inside
@@ -194,8 +197,23 @@ class _RecordingMode(TorchFunctionMode):
         if recorder.inside_leaf():
             recorder.own_grad_fns(tensors_in(result), recorder.leaf_node_id())
         else:
+            if args and result is args[0] and type(result) is torch.Tensor:  # x.contiguous() of a contiguous x
+                result = recorder.passed_through(func, result)
             recorder.add_function(func, args, kwargs, result)
         return result
+
+
+def _alias_if_passed_through(output: Any, inputs) -> Optional[torch.Tensor]:
+    """A leaf call that returned one of its inputs untouched (``nn.Identity``, ``Dropout`` in eval mode):
+    a view of it, for the tracing forward only, so the call produces a tensor of its own and the
+    input's other consumers keep their edge from where it came (an in-place module, which wrote it,
+    takes it over instead: its version moved). None for any other output."""
+    if type(output) is not torch.Tensor or output.layout != torch.strided:
+        return None
+    for tensor, _, version in inputs:
+        if tensor is output:
+            return output.view_as(output) if version is not None and version_of(output) == version else None
+    return None
 
 
 @contextmanager
@@ -220,14 +238,16 @@ def _hooks(modules: list[nn.Module], recorder: TraceRecorder) -> Iterator[None]:
         if recorder.stack[-1][0] == LEAF:
             recorder.pause_mode(inputs)
 
-    def post_hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+    def post_hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
         inputs = recorder.resume_mode() if recorder.stack[-1][0] == LEAF else ()
         recorder.busy = True
         try:
             with _no_torch_function():
-                recorder.exit_module(tensors_in(output), inputs)
+                alias = _alias_if_passed_through(output, inputs)
+                recorder.exit_module(tensors_in(output if alias is None else alias), inputs)
         finally:
             recorder.busy = False
+        return alias  # None: the output as it is
 
     hooks = ModuleHooks()  # thousands of modules: one key for all, no handle each
     try:
