@@ -173,6 +173,15 @@ def test_bad_arguments_are_named(tmp_path, data):
             xray.attention_iou([(images, labels)], target=0, protected=1, name="")
         with pytest.raises(ValueError, match="step must be a whole number"):
             xray.attention_iou([(images, labels)], target=0, protected=1, step=-1)
+        outputs = model(images[:2]).shape[1]
+        with pytest.raises(ValueError, match=rf"protected_output=9 is past the model's {outputs} outputs .*protected_output=False"):
+            xray.attention_iou([(images, labels)], target=0, protected=1, protected_output=9)
+        with pytest.raises(ValueError, match=rf"target_output=7 is past the model's {outputs} outputs .*pass target_output="):
+            xray.attention_iou([(images, labels)], target=0, protected=1, target_output=7)
+        with pytest.raises(ValueError, match=r"the protected attribute \(labels column 1\) must be binary, 0 or 1; got \[2.0\]"):
+            xray.attention_iou([(images, torch.cat([labels[:, :1], labels[:, 1:] * 2], 1))], target=0, protected=1)
+        with torch.inference_mode(), pytest.raises(RuntimeError, match=r"outside torch.inference_mode\(\)"):
+            xray.attention_iou([(images, labels)], target=0, protected=1)
     with pytest.raises(RuntimeError, match="closed"):
         xray.attention_iou([(images, labels)], target=0, protected=1)
     assert bias.read_reports(tmp_path / "run") == {}

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from xray_tb.bias.gradcam import LayerLike, gradcam_maps, resolve_layer
+from xray_tb.bias.gradcam import LayerLike, OutputOutOfRange, gradcam_maps, resolve_layer
 from xray_tb.bias.metric import attention_iou, chance_level
 from xray_tb.bias.report import Attribute, BiasReport, Examples, Score
 from xray_tb.bias.scores import masks_against
@@ -57,6 +57,9 @@ def evaluate(
         A :class:`BiasReport`.
     """
     target, protected = _column(target, "target"), _column(protected, "protected")
+    if torch.is_inference_mode_enabled():
+        raise RuntimeError("attention_iou needs gradients (its maps are Grad-CAM's): call it outside torch.inference_mode() "
+                           "(under torch.no_grad() it works: gradients are switched on inside)")
     if empty not in EMPTY_RULES:
         raise ValueError(f"empty must be 'nan' (leave empty masks out) or 'zero' (count them as 0), got {empty!r}")
     examples = _count(examples, "examples")
@@ -96,7 +99,10 @@ def evaluate(
         if layer_name is None:
             _, layer_name = resolve_layer(model, layer, x)
         outputs = [target_attr.output] + ([protected_attr.output] if protected_attr.output is not None else [])
-        maps = gradcam_maps(model, layer_name, x, outputs)
+        try:
+            maps = gradcam_maps(model, layer_name, x, outputs)
+        except OutputOutOfRange as error:
+            raise _output_out_of_range(error, outputs, target_output, protected_output) from None
         per_image["target"].append(labels[:, target])
         per_image["protected"].append(labels[:, protected])
         if protected_attr.output is not None:
@@ -219,6 +225,18 @@ def _unpack(batch, masks: MasksLike):
     return x, labels, given
 
 
+def _output_out_of_range(error: OutputOutOfRange, outputs: list, target_output, protected_output) -> ValueError:
+    """The error naming the argument whose model output does not exist."""
+    index = outputs[error.position]
+    if error.position == 0:
+        given = f"target_output={index}" if target_output is not None else f"target={index} (its model output, by default)"
+        fix = "pass target_output= the model's output of the target attribute"
+    else:
+        given = f"protected_output={index}" if protected_output not in (None, True) else f"protected={index} (its model output, by default)"
+        fix = "pass protected_output= the model's output of the protected attribute, or protected_output=False when it has none"
+    return ValueError(f"{given} is past the model's {error.outputs} outputs (0 to {error.outputs - 1}): {fix}")
+
+
 def _check_labels(labels, x: torch.Tensor, target: int, protected: int) -> torch.Tensor:
     labels = torch.as_tensor(labels)
     if labels.dim() != 2 or labels.shape[0] != x.shape[0]:
@@ -231,7 +249,14 @@ def _check_labels(labels, x: torch.Tensor, target: int, protected: int) -> torch
             raise ValueError(
                 f"{role}={column} but the labels have {labels.shape[1]} columns (0 to {labels.shape[1] - 1})"
             )
-    return labels.detach().float().cpu()
+    labels = labels.detach().float().cpu()
+    for column, role in ((target, "target"), (protected, "protected")):
+        values = labels[:, column]
+        if not ((values == 0) | (values == 1)).all():
+            found = sorted({float(v) for v in values[(values != 0) & (values != 1)][:5].tolist()})
+            raise ValueError(f"the {role} attribute (labels column {column}) must be binary, 0 or 1; got {found}: "
+                             "threshold or map it to 0/1 first")
+    return labels
 
 
 def _regions(masks: MasksLike, given, x, labels, region_names: list[str]) -> torch.Tensor:

@@ -82,7 +82,13 @@ def gradcam_maps(
             raise ValueError(f"layer {name!r} was not called in the model's forward, so it has no attention map")
         logits = _logits(output)
         activation = taken.pop("A")
-        scores = [_scores(logits, target, multilabel) for target in targets]
+        scores = []
+        for position, target in enumerate(targets):
+            try:
+                scores.append(_scores(logits, target, multilabel))
+            except OutputOutOfRange as error:
+                error.position = position  # which of ``targets``: the caller names its argument
+                raise
         maps = []
         for index, score in enumerate(scores):
             (grad,) = torch.autograd.grad(
@@ -175,6 +181,14 @@ def _logits(output) -> torch.Tensor:
     return output if output.dim() == 2 else output.unsqueeze(1)
 
 
+class OutputOutOfRange(ValueError):
+    """A target index past the model's outputs; ``outputs``: how many it has, ``position``: which target."""
+
+    def __init__(self, message: str, outputs: int):
+        super().__init__(message)
+        self.outputs, self.position = outputs, 0
+
+
 def _scores(logits: torch.Tensor, target: Target, multilabel: bool) -> torch.Tensor:
     """The scalar differentiated for each image: ``(B,)``."""
     batch, outputs = logits.shape
@@ -194,7 +208,7 @@ def _scores(logits: torch.Tensor, target: Target, multilabel: bool) -> torch.Ten
             raise ValueError(f"target must be an output index, 'pred' or a tensor of indices, got {target!r}")
         indices = torch.full((batch,), int(target), dtype=torch.long, device=logits.device)
     if ((indices < 0) | (indices >= outputs)).any():
-        raise ValueError(f"target index out of range: the model has {outputs} outputs (0 to {outputs - 1})")
+        raise OutputOutOfRange(f"target index out of range: the model has {outputs} outputs (0 to {outputs - 1})", outputs)
     scores = logits.gather(1, indices.unsqueeze(1)).squeeze(1)
     return scores.abs() if multilabel else scores
 
