@@ -120,7 +120,8 @@ export function tooltip(node, mark) {
   if (node.in_shapes && node.in_shapes.length) lines.push(`in: ${node.in_shapes.map((s) => s.join('×')).join(', ')}`);
   if (node.out_shapes && node.out_shapes.length) lines.push(`out: ${node.out_shapes.map((s) => s.join('×')).join(', ')}`);
   if (node.params) lines.push(`${node.params.toLocaleString()} parameters`);
-  lines.push(mark ? `recorded: ${mark.kinds.join(', ')} — click to open` : node.kind === 'module' ? 'not recorded' : '');
+  const recordedText = mark && node.call ? `recorded at its first call: ${mark.kinds.join(', ')} — click to open` : mark ? `recorded: ${mark.kinds.join(', ')} — click to open` : '';
+  lines.push(recordedText || (node.kind === 'module' ? 'not recorded' : ''));
   return lines.filter(Boolean).join('\n');
 }
 
@@ -133,9 +134,10 @@ export function drawNode(h, key, box, recorded, diff) {
   const g = svg('g', { class: `xray-node xray-node-${node.kind}`, transform: `translate(${box.x},${box.y})` });
   g.dataset.nodeId = key;
   const mark = node.kind === 'module' ? recorded.get(node.module) : undefined;
+  const own = mark && !node.call ? mark : undefined; // a reused module's values are its first call's
   if (node.kind === 'module') {
     g.dataset.layer = node.module;
-    if (mark) {
+    if (own) {
       g.classList.add('xray-recorded');
       g.dataset.kinds = mark.kinds.join(',');
     }
@@ -151,7 +153,7 @@ export function drawNode(h, key, box, recorded, diff) {
   g.append(t);
   if (subtitle) {
     const s = svg('text', { x: 8, y: 29, class: 'xray-node-sub' });
-    setFitted(s, subtitle + (mark ? `  ${mark.kinds.map((k) => KIND_BADGES[k] || k).join(' ')}` : ''), room, FONTS.sub);
+    setFitted(s, subtitle + (own ? `  ${own.kinds.map((k) => KIND_BADGES[k] || k).join(' ')}` : ''), room, FONTS.sub);
     g.append(s);
   }
   const tip = svg('title', {});

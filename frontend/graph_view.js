@@ -207,14 +207,14 @@ export class GraphView {
     this.health.paint();
   }
 
-  /** @returns {Map<string, number>} Recorded module calls inside each group. */
+  /** @returns {Map<string, number>} Recorded layers inside each group (a reused one once). */
   recordedPerGroup() {
-    const counts = new Map();
+    const inside = new Map();
     for (const node of this.h.nodes.values()) {
       if (node.kind !== 'module' || !this.recorded.has(node.module)) continue;
-      for (const g of ancestors(this.h, node.id)) counts.set(g, (counts.get(g) || 0) + 1);
+      for (const g of ancestors(this.h, node.id)) inside.set(g, (inside.get(g) || new Set()).add(node.module));
     }
-    return counts;
+    return new Map([...inside].map(([g, modules]) => [g, modules.size]));
   }
 
   legendText() {
