@@ -202,8 +202,7 @@ export class XrayApp {
 
   /** @param {number[]} steps */
   setTimeline(steps) {
-    const parked = this.parkedAt !== null && this.parkedAt !== undefined ? this.parkedAt : this.store.state.step;
-    const keep = this.keep || { step: parked, atEnd: this.followEnd };
+    const keep = this.keep || { step: this.parkedAt ?? this.store.state.step, atEnd: this.followEnd };
     this.keep = null;
     this.parkedAt = null;
     let index = steps.length - 1;

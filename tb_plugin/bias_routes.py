@@ -9,7 +9,7 @@ and answers 404 for a run, evaluation or step that is not there. See ``http_api.
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 from tensorboard import errors
@@ -73,25 +73,21 @@ class BiasRoutes:
     # Implementations ----------------------------------------------------------------------------
 
     def evaluations_impl(self, ctx, experiment_id: str, run: str) -> dict[str, Any]:
-        """Every evaluation of ``run`` with the steps it was written at (empty when none)."""
+        """Every evaluation of ``run`` with the steps it was written at (empty when none), and the steps
+        whose examples are current (read in one pass over the points: their steps and wall times, no blob)."""
         tags = self._bias_tags(ctx, experiment_id, run)
         all_tags = [tag for parts in tags.values() for tag in parts.values()]
-        steps = self._series.steps(ctx, experiment_id, run, all_tags)
+        points = self._series.points(ctx, experiment_id, run, all_tags) if all_tags else {}
+        walls = {tag: _last_walls(points.get(tag, [])) for tag in all_tags}
         evaluations = []
         for name in sorted(tags):
             parts = tags[name]
             if "result" not in parts:
                 continue
-            example_steps = self._current_example_steps(ctx, experiment_id, run, parts) if "examples" in parts else []
-            evaluations.append({"name": name, "steps": steps[parts["result"]], "example_steps": example_steps})
+            results, examples = walls[parts["result"]], walls.get(parts.get("examples"), {})
+            evaluations.append({"name": name, "steps": sorted(results),
+                                "example_steps": sorted(step for step, wall in examples.items() if _current(wall, results.get(step)))})
         return {"run": run, "evaluations": evaluations}
-
-    def _current_example_steps(self, ctx, experiment_id: str, run: str, parts: dict) -> list[int]:
-        """The steps whose examples were written with the step's last result (one event holds both): a
-        step written again without examples has none (no blob is read, only the points' wall times)."""
-        results = {p.step: p.wall_time for p in self._series.last_points(ctx, experiment_id, run, parts["result"])}
-        return [p.step for p in self._series.last_points(ctx, experiment_id, run, parts["examples"])
-                if p.step in results and p.wall_time >= results[p.step]]
 
     def result_impl(self, ctx, experiment_id: str, run: str, evaluation: str, step: int) -> dict[str, Any]:
         """The result document of one evaluation at one step, with its step and wall time."""
@@ -137,8 +133,8 @@ class BiasRoutes:
         tag = self._tag(ctx, experiment_id, run, evaluation, "examples")
         written = self._written(ctx, experiment_id, run, evaluation, tag, step)
         result_tag = self._tag(ctx, experiment_id, run, evaluation, "result")
-        result = next((p for p in self._series.last_points(ctx, experiment_id, run, result_tag) if p.step == step), None)
-        if result is not None and written.wall_time < result.wall_time:  # the step's last write had no examples
+        result_wall = _last_walls(self._series.points(ctx, experiment_id, run, [result_tag]).get(result_tag, [])).get(step)
+        if not _current(written.wall_time, result_wall):  # the step's last write had no examples
             raise errors.NotFoundError(f"bias evaluation {evaluation!r} of run {run!r} was written again at step {step} "
                                        "without examples (examples=0): its earlier examples are replaced")
         header, images, maps = bias_metadata.decode_examples(written.blobs)
@@ -200,3 +196,14 @@ class BiasRoutes:
                 f"steps: {routes_common.listing(steps)}"
             )
         return written
+
+
+def _last_walls(points: list) -> dict[int, float]:
+    """``{step: wall time of its last write}`` of one tag's points (in write order: a later write replaces)."""
+    return {point.step: point.wall_time for point in points}
+
+
+def _current(examples_wall: float, result_wall: Optional[float]) -> bool:
+    """Whether examples written at ``examples_wall`` belong to the step's last result (one event holds both;
+    a later write of the step without examples makes them stale)."""
+    return result_wall is None or examples_wall >= result_wall

@@ -36,6 +36,19 @@ def _is_leaf(module: nn.Module) -> bool:
     return not children or (len(children) == 1 and "parametrizations" in children)
 
 
+def _parameters_of(module: nn.Module):
+    """The module's parameters, recursively, each once (a leaf, most modules: no walk of submodules)."""
+    if not module._modules:
+        return [p for p in dict.fromkeys(module._parameters.values()) if p is not None]
+    return module.parameters()
+
+
+def view_of_itself(tensor: torch.Tensor) -> torch.Tensor | None:
+    """A view of ``tensor`` as a tensor object of its own, for a call that handed back its input
+    untouched (tracing forward only); None where it cannot be viewed (a sparse tensor)."""
+    return tensor.view_as(tensor) if tensor.layout == torch.strided else None
+
+
 def version_of(tensor: torch.Tensor) -> int | None:
     """The tensor's version counter (shared with its views); None where it has none (inference tensors)."""
     try:
@@ -201,20 +214,18 @@ class TraceRecorder:
         count = self._params.get(id(module))
         if count is None:
             # A module without children (most leaves) needs no walk of its submodules.
-            params = dict.fromkeys(module._parameters.values()) if not module._modules else module.parameters()
-            count = self._params[id(module)] = sum(p.numel() for p in params if p is not None)
+            count = self._params[id(module)] = sum(p.numel() for p in _parameters_of(module))
         return count
 
     def _note_shared(self, node: dict, module: nn.Module) -> None:
         """``params_shared`` on a first call whose module holds parameters a module called before holds
         too (tied weights: an embedding and the output layer), so totals count each parameter once."""
         shared = 0
-        for param in (dict.fromkeys(module._parameters.values()) if not module._modules else module.parameters()):
-            if param is not None:
-                if id(param) in self._counted:
-                    shared += param.numel()
-                else:
-                    self._counted.add(id(param))
+        for param in _parameters_of(module):
+            if id(param) in self._counted:
+                shared += param.numel()
+            else:
+                self._counted.add(id(param))
         if shared:
             node["params_shared"] = shared
 
@@ -260,14 +271,15 @@ class TraceRecorder:
         its own and the input's other consumers keep their edge; an in-place op (``x.add_(y)``, which
         wrote it) stays the producer of its input, and any op that is no node returns it as it is."""
         op, inplace = op_name(func)
-        if op is None or inplace or op == "setitem" or tensor.layout != torch.strided:
+        if op is None or inplace or op == "setitem":
             return tensor
         self.busy = True
         try:
             with torch._C.DisableTorchFunction():
-                return tensor.view_as(tensor)
+                view = view_of_itself(tensor)
         finally:
             self.busy = False
+        return tensor if view is None else view
 
     def add_function(self, func: Callable, args: tuple, kwargs: dict, result: Any) -> None:
         """Record an op called outside every leaf, if it is a node (see module doc)."""

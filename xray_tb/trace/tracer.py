@@ -147,7 +147,7 @@ from torch.overrides import TorchFunctionMode
 from xray_tb.module_hooks import ModuleHooks
 from xray_tb.trace.flatten import tensors_in
 from xray_tb.trace.op_names import release_stubs
-from xray_tb.trace.recorder import LEAF, TraceRecorder, version_of
+from xray_tb.trace.recorder import LEAF, TraceRecorder, version_of, view_of_itself
 from xray_tb.trace.state import preserved, without_cyclic_gc
 
 _no_torch_function = torch._C.DisableTorchFunction  # no torch-function mode or subclass handling inside
@@ -208,11 +208,11 @@ def _alias_if_passed_through(output: Any, inputs) -> Optional[torch.Tensor]:
     a view of it, for the tracing forward only, so the call produces a tensor of its own and the
     input's other consumers keep their edge from where it came (an in-place module, which wrote it,
     takes it over instead: its version moved). None for any other output."""
-    if type(output) is not torch.Tensor or output.layout != torch.strided:
+    if type(output) is not torch.Tensor:
         return None
     for tensor, _, version in inputs:
         if tensor is output:
-            return output.view_as(output) if version is not None and version_of(output) == version else None
+            return view_of_itself(output) if version is not None and version_of(output) == version else None
     return None
 
 
